@@ -1,0 +1,44 @@
+# The two entry points of the README: `make demo` and `make test`. Each sets everything up on a
+# fresh machine first: a virtual environment in .venv with the pinned dependencies, and (for the
+# tests) the command-line tar writers that the differential tests compare against.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+DEBIAN_TOOLS := tar bsdtar:libarchive-tools gzip bzip2 xz:xz-utils zstd
+
+.PHONY: demo test lint setup test-tools
+
+demo: setup
+	$(BIN)/python -m wdspipes.demo
+
+test: setup test-tools lint
+	$(BIN)/pytest
+
+lint: setup
+	$(BIN)/ruff check wdspipes tests benchmarks
+	$(BIN)/ruff format --check wdspipes tests benchmarks
+	$(BIN)/mypy
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml requirements/dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -r requirements/dev.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $@
+
+# Installs missing shard writers with apt-get when running as root (as CI does); elsewhere it
+# names what to install. Tests that need a missing tool fail and say so.
+test-tools:
+	@missing=""; for spec in $(DEBIAN_TOOLS); do \
+	  cmd=$${spec%%:*}; pkg=$${spec##*:}; \
+	  command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else \
+	    echo "missing shard writers:$$missing (install them, e.g. apt-get install$$missing)"; \
+	  fi; \
+	fi

@@ -1,0 +1,227 @@
+"""Composition: DataPipeline(...) in webdataset's vocabulary, functional chaining, WebDataset(...),
+and the buffer shuffler they use for shard order. All three ways give the same samples."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from shardgen import write_shards
+from torch.utils.data.datapipes.iter import IterableWrapper
+from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
+from torch.utils.data.graph import traverse_dps
+from torch.utils.data.graph_settings import get_all_graph_pipes
+
+import wdspipes as wds
+
+
+@pytest.fixture
+def urls(tmp_path: Path) -> list[str]:
+    return write_shards(tmp_path, 4, 5)
+
+
+def keys(pipe: Any) -> list[str]:
+    return [sample["__key__"] for sample in pipe]
+
+
+def all_keys(urls: list[str]) -> list[str]:
+    return [f"{shard:03d}-{i:05d}" for shard in range(len(urls)) for i in range(5)]
+
+
+def sharding_filters(pipe: Any) -> list[Any]:
+    return [
+        dp
+        for dp in get_all_graph_pipes(traverse_dps(pipe))
+        if type(dp) is ShardingFilterIterDataPipe
+    ]
+
+
+def add_one(samples: Iterator[dict[str, Any]], field: str) -> Iterator[dict[str, Any]]:
+    for sample in samples:
+        yield {**sample, field: int(sample["cls"].split(b"/")[0].replace(b"-", b"")) + 1}
+
+
+def test_three_ways_give_the_same_samples(urls: list[str]) -> None:
+    explicit = wds.DataPipeline(wds.SimpleShardList(urls), wds.tarfile_to_samples())
+    chained = wds.ShardList(urls).open_shards().load_tar().group_samples()
+    convenient = wds.WebDataset(urls)
+    assert keys(explicit) == keys(chained) == keys(convenient) == all_keys(urls)
+
+
+def test_architecture_chaining_example(urls: list[str]) -> None:
+    pipe = wds.ShardList(urls).shuffle().sharding_filter().open_shards().load_tar().group_samples()
+    assert sorted(keys(pipe)) == all_keys(urls)
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["list", "spec-string", "datapipe"],
+)
+def test_sources(urls: list[str], source: str) -> None:
+    first: Any = {
+        "list": urls,
+        "spec-string": "::".join(urls),
+        "datapipe": IterableWrapper(urls),
+    }[source]
+    assert keys(wds.DataPipeline(first, wds.tarfile_to_samples())) == all_keys(urls)
+
+
+def test_factories_may_be_passed_uncalled(urls: list[str]) -> None:
+    pipe = wds.DataPipeline(urls, wds.url_opener, wds.tar_file_expander, wds.group_by_keys)
+    assert keys(pipe) == all_keys(urls)
+
+
+def test_plain_functions_classes_none_and_lists(urls: list[str]) -> None:
+    pipe = wds.DataPipeline(
+        urls,
+        None,
+        [wds.url_opener(), wds.TarLoader],
+        wds.SampleGrouper,
+        functools.partial(add_one, field="next"),
+    )
+    samples = list(pipe)
+    assert [s["__key__"] for s in samples] == all_keys(urls)
+    assert samples[1]["next"] == 2  # "000-00001" -> 1 + 1
+    assert isinstance(pipe, wds.IteratorStage)
+
+
+def test_split_markers_become_one_sharding_filter_at_the_first(urls: list[str]) -> None:
+    shares = []
+    for worker in range(2):
+        pipe = wds.DataPipeline(
+            wds.SimpleShardList(urls),
+            wds.shuffle(10, seed=1),
+            wds.split_by_node,
+            wds.split_by_worker,
+            wds.tarfile_to_samples(),
+            wds.split_by_worker,
+        )
+        (sharding,) = sharding_filters(pipe)
+        assert isinstance(sharding.source_datapipe, wds.BufferShuffler)
+        sharding.apply_sharding(2, worker)
+        shares.append(keys(pipe))
+    assert sorted(shares[0] + shares[1]) == all_keys(urls)
+    assert len(shares[0]) == len(shares[1]) == len(all_keys(urls)) // 2
+
+
+def test_split_by_worker_reads_disjoint_shards(urls: list[str]) -> None:
+    seen = []
+    for worker in range(3):
+        pipe = wds.DataPipeline(urls, wds.split_by_worker, wds.tarfile_to_samples())
+        (sharding,) = sharding_filters(pipe)
+        sharding.apply_sharding(3, worker)
+        seen += keys(pipe)
+    assert sorted(seen) == all_keys(urls)
+
+
+@pytest.mark.parametrize(
+    ("stages", "message"),
+    [
+        ((), "at least a source"),
+        ((42,), "first stage of DataPipeline must be"),
+        ((["a.tar"], IterableWrapper([1])), "stage 1 of DataPipeline is an IterDataPipe instance"),
+        ((["a.tar"], 3), "stage 1 of DataPipeline is not a stage"),
+        ((["a.tar"], wds.Stage(len)), "did not return an IterDataPipe"),
+    ],
+)
+def test_bad_pipelines_are_errors(stages: tuple[Any, ...], message: str) -> None:
+    with pytest.raises((TypeError, ValueError), match=message):
+        pipe = wds.DataPipeline(*stages)
+        list(pipe)
+
+
+def test_webdataset_reads_each_shard_once_per_epoch(urls: list[str]) -> None:
+    pipe = wds.WebDataset(urls, shardshuffle=True)
+    epochs = [keys(pipe) for _ in range(3)]
+    assert all(sorted(epoch) == all_keys(urls) for epoch in epochs)
+
+
+def test_webdataset_shard_order_changes_each_epoch_and_follows_the_seed(tmp_path: Path) -> None:
+    many = write_shards(tmp_path, 12, 1)
+
+    def orders(pipe: Any) -> list[list[str]]:
+        return [keys(pipe) for _ in range(3)]
+
+    seeded = orders(wds.WebDataset(many, shardshuffle=True, seed=3))
+    assert seeded == orders(wds.WebDataset(many, shardshuffle=True, seed=3))
+    assert seeded[0] != seeded[1] != seeded[2]
+    assert orders(wds.WebDataset(many, shardshuffle=4, seed=3)) != seeded
+    assert orders(wds.WebDataset(many)) == [all_keys(many)[::5]] * 3  # write_shards: 1 sample each
+
+
+def test_webdataset_resampled(urls: list[str]) -> None:
+    pipe = wds.WebDataset(urls, resampled=True, nshards=10, seed=0)
+    samples = keys(pipe)
+    assert len(samples) == 10 * 5 and set(samples) <= set(all_keys(urls))
+    with pytest.raises(ValueError, match="nshards applies only with resampled=True"):
+        wds.WebDataset(urls, nshards=3)
+    with pytest.warns(UserWarning, match="shardshuffle has no effect"):
+        wds.WebDataset(urls, resampled=True, shardshuffle=True)
+
+
+def test_webdataset_graph_has_one_sharding_filter_after_the_shard_order(urls: list[str]) -> None:
+    for pipe in (wds.WebDataset(urls, shardshuffle=True), wds.WebDataset(urls, resampled=True)):
+        (sharding,) = sharding_filters(pipe)
+        assert isinstance(sharding.source_datapipe, wds.BufferShuffler | wds.ShardResampler)
+
+
+# The buffer shuffler
+
+
+def test_buffer_shuffle_keeps_every_item() -> None:
+    items = list(range(100))
+    for bufsize, initial in ((1, 0), (10, 5), (1000, 100)):
+        shuffled = list(IterableWrapper(items).buffer_shuffle(bufsize, initial, seed=0))
+        assert sorted(shuffled) == items
+    assert list(IterableWrapper(items).buffer_shuffle(1)) == items  # a buffer of one
+
+
+def test_buffer_shuffle_holds_initial_items_before_the_first_comes_out() -> None:
+    pulled = []
+
+    def source() -> Iterator[int]:
+        for i in range(50):
+            pulled.append(i)
+            yield i
+
+    pipe = wds.IteratorStage(IterableWrapper([0]), lambda _: source()).buffer_shuffle(20, 8, seed=1)
+    iterator = iter(pipe)
+    next(iterator)
+    assert len(pulled) == 8
+
+
+def test_buffer_shuffle_seeding() -> None:
+    def orders(pipe: Any) -> list[list[int]]:
+        return [list(pipe) for _ in range(2)]
+
+    source = IterableWrapper(range(50))
+    seeded = orders(source.buffer_shuffle(10, seed=4))
+    assert seeded == orders(source.buffer_shuffle(10, seed=4))
+    assert seeded[0] != seeded[1]
+    a, b = source.buffer_shuffle(10), source.buffer_shuffle(10)
+    a.set_seed(9)
+    b.set_seed(9)
+    assert list(a) == list(b)
+    assert list(source.buffer_shuffle(10).set_shuffle(False)) == list(range(50))
+
+
+def test_buffer_shuffle_after_sharding_differs_per_worker_with_one_seed() -> None:
+    """Plain DataLoader hands every worker the same seed: the filter position tells them apart."""
+    orders = []
+    for worker in range(2):
+        pipe = IterableWrapper(range(40)).sharding_filter()
+        pipe.apply_sharding(2, worker)
+        shuffled = pipe.buffer_shuffle(20, seed=1)
+        shuffled.set_seed(5)
+        orders.append([x // 2 for x in shuffled])  # the same positions in both halves
+    assert orders[0] != orders[1]
+
+
+def test_buffer_shuffle_checks_its_arguments() -> None:
+    with pytest.raises(ValueError, match="bufsize must be an int >= 1, got 0"):
+        IterableWrapper([1]).buffer_shuffle(0)
+    with pytest.raises(ValueError, match="initial must be an int >= 0, got -1"):
+        IterableWrapper([1]).buffer_shuffle(10, -1)

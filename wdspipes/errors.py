@@ -1,0 +1,157 @@
+"""Errors that say where the data is bad, and the handler policies every stage routes them through.
+
+Each error names the shard URL and, where known, the tar member, the sample key and the byte
+offset; the underlying exception is chained as ``__cause__``. A *handler* decides what a stage
+does with an error: return True to skip the bad item and go on, False to end the stage's
+stream, or raise. Every stage applies a handler through :func:`handle`.
+
+>>> err = TruncatedShardError("expected 512 bytes of header, got 100",
+...                           url="a.tar", member="0001.jpg", offset=1024)
+>>> str(err)
+"a.tar, member '0001.jpg', at byte 1024: expected 512 bytes of header, got 100"
+>>> handle(ignore_and_continue, err), handle(ignore_and_stop, err)
+(True, False)
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+__all__ = [
+    "CommandError",
+    "DataWarning",
+    "DuplicateFieldError",
+    "Handler",
+    "SampleError",
+    "ShardError",
+    "ShardOpenError",
+    "TarFormatError",
+    "TruncatedShardError",
+    "WdsError",
+    "handle",
+    "ignore_and_continue",
+    "ignore_and_stop",
+    "reraise_exception",
+    "warn_and_continue",
+    "warn_and_stop",
+]
+
+Handler = Callable[[Exception], object]
+"""A handler takes the exception and returns True (continue), False (stop), or raises."""
+
+
+class WdsError(Exception):
+    """A problem with the data, located by URL, member, key and byte offset where known.
+
+    The message passed in describes the problem; the location is prefixed to it. An instance
+    can be rebuilt from its message alone, as pickling and worker processes require.
+    """
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        url: str | None = None,
+        member: str | None = None,
+        key: str | None = None,
+        offset: int | None = None,
+    ) -> None:
+        self.url = url
+        self.member = member
+        self.key = key
+        self.offset = offset
+        where = [url] if url is not None else []
+        if member is not None:
+            where.append(f"member {member!r}")
+        if key is not None:
+            where.append(f"key {key!r}")
+        if offset is not None:
+            where.append(f"at byte {offset}")
+        super().__init__(f"{', '.join(where)}: {problem}" if where else problem)
+
+
+class ShardError(WdsError):
+    """A shard as a whole cannot be read."""
+
+
+class ShardOpenError(ShardError):
+    """A shard cannot be opened: missing file, unreadable path, unsupported URL scheme."""
+
+
+class CommandError(ShardError):
+    """The command of a ``pipe:`` URL exited with a failure status."""
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        command: str | None = None,
+        status: int | None = None,
+        url: str | None = None,
+    ) -> None:
+        super().__init__(problem, url=url)
+        self.command = command
+        self.status = status
+
+
+class TarFormatError(ShardError):
+    """A shard's bytes are not a valid tar archive (bad checksum, unsupported member, ...)."""
+
+
+class TruncatedShardError(TarFormatError):
+    """A shard ends early: in a header, in a member, or with no end-of-archive marker."""
+
+
+class SampleError(WdsError):
+    """A sample is malformed."""
+
+
+class DuplicateFieldError(SampleError):
+    """A field occurs twice in one sample; the later member is the duplicate."""
+
+
+class DataWarning(UserWarning):
+    """Category of the warnings issued by ``warn_and_continue`` and ``warn_and_stop``."""
+
+
+def reraise_exception(exn: Exception) -> bool:
+    """Raise the error: the default, so that no bad data passes unnoticed."""
+    raise exn
+
+
+def ignore_and_continue(exn: Exception) -> bool:
+    """Skip the bad item silently and go on."""
+    return True
+
+
+def warn_and_continue(exn: Exception) -> bool:
+    """Issue a :class:`DataWarning` naming the error, skip the bad item and go on."""
+    warnings.warn(_describe(exn), DataWarning, stacklevel=3)
+    return True
+
+
+def ignore_and_stop(exn: Exception) -> bool:
+    """End the stage's stream silently."""
+    return False
+
+
+def warn_and_stop(exn: Exception) -> bool:
+    """Issue a :class:`DataWarning` naming the error and end the stage's stream."""
+    warnings.warn(_describe(exn), DataWarning, stacklevel=3)
+    return False
+
+
+def handle(handler: Handler, exn: Exception) -> bool:
+    """Apply ``handler`` to ``exn``: True means skip and continue, False means stop.
+
+    A handler may also raise, or return an exception instance to have it raised.
+    """
+    verdict = handler(exn)
+    if isinstance(verdict, BaseException):
+        raise verdict
+    return bool(verdict)
+
+
+def _describe(exn: Exception) -> str:
+    return f"{type(exn).__name__}: {exn}"

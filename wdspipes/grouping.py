@@ -1,0 +1,149 @@
+"""The webdataset grouper: tar members to samples, by key (FORMAT.md sections 3 and 4).
+
+A member name splits into a *key* (the directory part plus the last component up to its first
+dot) and a *field* (everything after that dot, lower-cased). Consecutive members with the same
+key form one sample; a sample never spans two shards.
+
+>>> split_name("dir.x/0001.seg.JPG")
+('dir.x/0001', 'seg.jpg')
+>>> split_name(".hidden") is None
+True
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from torch.utils.data import IterDataPipe
+from torch.utils.data.datapipes._decorator import functional_datapipe
+
+from wdspipes.curried import Stage, stage_factory
+from wdspipes.datapipe import StageDataPipe
+from wdspipes.errors import DuplicateFieldError, Handler, handle, reraise_exception
+from wdspipes.tar import TarLoader, TarMember
+
+__all__ = ["SampleGrouper", "group_by_keys", "is_meta", "split_name"]
+
+Sample = dict[str, Any]
+
+# webdataset's rule, used verbatim where the fast path below cannot decide.
+_KEY_AND_FIELD = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
+_META_DIR = re.compile(r"__[^/]*__($|/)")
+
+
+def split_name(name: str) -> tuple[str, str] | None:
+    """The key and the lower-cased field of a member name; None for a name without a field.
+
+    >>> split_name("a/b.c/d.e"), split_name("a/.jpg"), split_name("a..b")
+    (('a/b.c/d', 'e'), ('a/', 'jpg'), ('a', '.b'))
+    """
+    slash = name.rfind("/")
+    dot = name.find(".", slash + 1)
+    # Common case: a dot in the last component with something before it. The regular
+    # expression agrees there unless a newline stops its ".*" early.
+    if dot > slash + 1 and "\n" not in name:
+        return name[:dot], name[dot + 1 :].lower()
+    match = _KEY_AND_FIELD.match(name)
+    return None if match is None else (match.group(1), match.group(2).lower())
+
+
+def is_meta(name: str) -> bool:
+    """Whether a member is a meta file, skipped by the grouper: ``__name__`` at the top
+    level, or anything under a ``__name__/`` directory.
+
+    >>> is_meta("__meta__"), is_meta("__x__/a.jpg"), is_meta("a/__x__.jpg")
+    (True, True, False)
+    """
+    if "/" not in name and name.startswith("__") and name.endswith("__"):
+        return True
+    return _META_DIR.match(name) is not None
+
+
+@functional_datapipe("group_samples")
+class SampleGrouper(StageDataPipe[Sample]):
+    """Group consecutive members with one key into a sample (functional name: ``group_samples``).
+
+    Meta files and names without a field are skipped. A new shard (a new URL, or an offset
+    that does not increase) always starts a new sample.
+
+    Args:
+        source_datapipe: yields :class:`~wdspipes.tar.TarMember` records, as ``load_tar`` does.
+        handler: what to do with a duplicate field; continuing drops the duplicate member
+            and goes on with the sample, stopping yields the sample so far and ends.
+
+    Yields:
+        Dicts with ``__key__``, ``__url__`` and one ``bytes`` value per field, in tar order.
+
+    Raises:
+        DuplicateFieldError: through ``handler``, for a field seen twice in one sample
+            (``__key__`` and ``__url__`` included).
+
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> members = [TarMember("0.jpg", b"J", 0, "s.tar"), TarMember("0.cls", b"1", 1024, "s.tar"),
+    ...            TarMember("1.jpg", b"K", 2048, "s.tar")]
+    >>> list(IterableWrapper(members).group_samples())  # doctest: +NORMALIZE_WHITESPACE
+    [{'__key__': '0', '__url__': 's.tar', 'jpg': b'J', 'cls': b'1'},
+     {'__key__': '1', '__url__': 's.tar', 'jpg': b'K'}]
+    """
+
+    def __init__(
+        self, source_datapipe: IterDataPipe[TarMember], handler: Handler = reraise_exception
+    ) -> None:
+        super().__init__()
+        self.source_datapipe = source_datapipe
+        self.handler = handler
+
+    def __iter__(self) -> Iterator[Sample]:
+        source = self.source_datapipe
+        # Members bypass the per-item hooks of an upstream TarLoader (see its iter_members).
+        members = source.iter_members() if type(source) is TarLoader else iter(source)
+        sample: Sample | None = None
+        last_url = None
+        last_offset = -1
+        for name, data, offset, url in members:
+            if offset <= last_offset or url != last_url:
+                if sample is not None:
+                    yield sample
+                    sample = None
+                last_url = url
+            last_offset = offset
+            if name.startswith("__") and is_meta(name):
+                continue
+            # split_name, inlined: this loop runs once per member
+            slash = name.rfind("/")
+            dot = name.find(".", slash + 1)
+            if dot > slash + 1 and "\n" not in name:
+                key = name[:dot]
+                field = name[dot + 1 :].lower()
+            else:
+                parts = split_name(name)
+                if parts is None:
+                    continue
+                key, field = parts
+            if sample is None or key != sample["__key__"]:
+                if sample is not None:
+                    yield sample
+                sample = {"__key__": key, "__url__": url}
+            if field in sample:
+                if self._skip_duplicate(name, key, field, offset, url):
+                    continue
+                yield sample
+                return
+            sample[field] = data
+        if sample is not None:
+            yield sample
+
+    def _skip_duplicate(self, name: str, key: str, field: str, offset: int, url: str) -> bool:
+        """Route a duplicate field through the handler: True to drop it and go on."""
+        error = DuplicateFieldError(
+            f"duplicate field {field!r}", url=url, member=name, key=key, offset=offset
+        )
+        return handle(self.handler, error)
+
+
+@stage_factory
+def group_by_keys(handler: Handler = reraise_exception) -> Stage:
+    """The grouper stage for ``DataPipeline(...)``: ``group_samples(handler=handler)``."""
+    return Stage(SampleGrouper, handler=handler)

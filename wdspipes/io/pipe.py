@@ -1,0 +1,97 @@
+"""``pipe:CMD`` shards: run CMD through the shell and read its standard output.
+
+The command runs in a process group of its own. Closing the stream before the end of the
+output ends the whole group and does not look at its status; closing it after the end waits
+for the command and raises :class:`~wdspipes.errors.CommandError` for a failure status. Exit
+status 141 (killed by SIGPIPE) is not a failure. No child outlives its stream as a zombie.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+
+from wdspipes.errors import CommandError
+from wdspipes.io.local import BUFFER_SIZE
+
+__all__ = ["PipeStream", "open_pipe"]
+
+log = logging.getLogger(__name__)
+
+_OK_STATUS = frozenset({0, 141, -signal.SIGPIPE})
+_TERMINATE_GRACE = 2.0
+
+
+class PipeStream:
+    """The standard output of a shell command, readable like a binary file."""
+
+    def __init__(self, command: str, url: str) -> None:
+        self.command = command
+        self.url = url
+        self._process = subprocess.Popen(
+            command,
+            shell=True,
+            stdout=subprocess.PIPE,
+            bufsize=BUFFER_SIZE,
+            start_new_session=True,
+        )
+        assert self._process.stdout is not None  # guaranteed by stdout=PIPE
+        self._stdout = self._process.stdout
+        self._at_end = False
+        self.closed = False
+
+    def read(self, size: int = -1, /) -> bytes:
+        data = self._stdout.read(size)
+        if size < 0 or len(data) < size:
+            self._at_end = True
+        return data
+
+    def close(self) -> None:
+        """Close the output and reap the command; raise if it failed after writing everything."""
+        if self.closed:
+            return
+        self.closed = True
+        self._stdout.close()
+        if not self._at_end:
+            self._end_early()
+            return
+        status = self._process.wait()
+        if status not in _OK_STATUS:
+            raise CommandError(
+                _describe_status(status), command=self.command, status=status, url=self.url
+            )
+
+    def _end_early(self) -> None:
+        """The reader stopped before the end: end the command's group, ignore its status."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if self._process.poll() is not None:
+                return
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._process.pid, sig)
+            try:
+                self._process.wait(timeout=_TERMINATE_GRACE)
+                return
+            except subprocess.TimeoutExpired:
+                log.warning("command %r ignored %s", self.command, signal.Signals(sig).name)
+        self._process.wait()
+
+    def __del__(self) -> None:
+        if not getattr(self, "closed", True):
+            try:
+                self.close()
+            except Exception:  # a finaliser must not raise; the stream was abandoned anyway
+                log.debug("closing abandoned %r failed", self.url, exc_info=True)
+
+
+def _describe_status(status: int) -> str:
+    if status < 0:
+        return f"command was killed by signal {signal.Signals(-status).name}"
+    return f"command exited with status {status}"
+
+
+def open_pipe(url: str) -> PipeStream:
+    """Start the command of a ``pipe:CMD`` URL and return its output stream."""
+    return PipeStream(url[len("pipe:") :], url)

@@ -1,0 +1,138 @@
+"""torchdata's DataLoader2, imported quietly, and mended where it loses its way.
+
+torchdata 0.9 is the last release with DataLoader2. It warns about that at import; wdspipes
+silences exactly that warning and nothing else. The stages themselves need only torch.
+
+It also has a bug that wdspipes mends (:func:`fix_dataloader2`): with
+``MultiProcessingReadingService``, as soon as one worker runs out of items before another (3
+shards on 2 workers, or fewer shards than workers), the main process asks the finished worker
+for more and waits on one it never asked, failing with "Can not expect any response without
+submitted request" (pytorch/data#1310, #1228; DataLoader2 is no longer maintained). Shards
+rarely split evenly among workers, so every wdspipes pipeline needs the fix: it is applied
+whenever a wdspipes graph is pickled in a process where torchdata's DataLoader2 is loaded,
+which DataLoader2 always does before it starts its workers.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+from torch.utils.data.datapipes._hook_iterator import hook_iterator
+
+__all__ = ["dataloader2", "fix_dataloader2"]
+
+log = logging.getLogger(__name__)
+
+_DEPRECATION = r"(?s).*The 'datapipes', 'dataloader2' modules are deprecated"
+_QUEUES = "torchdata.dataloader2.communication.iter"
+_FIXED = "_wdspipes_fixed"
+
+
+def dataloader2() -> ModuleType:
+    """The ``torchdata.dataloader2`` module, without its deprecation warning, mended.
+
+    Raises:
+        ImportError: torchdata is missing (it has no release for Python 3.13 and later).
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_DEPRECATION, category=UserWarning)
+        try:
+            module = importlib.import_module("torchdata.dataloader2")
+        except ImportError as exn:
+            raise ImportError(
+                "DataLoader2 needs torchdata>=0.8,<0.10, which exists for Python < 3.13: "
+                "pip install 'torchdata==0.9.0'"
+            ) from exn
+    fix_dataloader2()
+    return module
+
+
+def fix_dataloader2() -> bool:
+    """Replace the round-robin of ``MultiProcessingReadingService`` with one that lets workers
+    finish at different times. Does nothing unless torchdata 0.8 or 0.9's DataLoader2 is
+    loaded; applying it twice changes nothing. Returns whether the fix is in place."""
+    queues = sys.modules.get(_QUEUES)
+    if queues is None:
+        return False
+    consumer = queues._IterateQueueDataPipes
+    if getattr(consumer, _FIXED, False):
+        return True
+    version = getattr(sys.modules.get("torchdata"), "__version__", "")
+    if not version.startswith(("0.8.", "0.9.")):
+        log.debug("torchdata %s: DataLoader2 left as it is", version)
+        return False
+    namespace: dict[str, Any] = {"__iter__": _round_robin}
+    hook_iterator(namespace)  # the per-item bookkeeping torch gives every __iter__
+    consumer.__iter__ = namespace["__iter__"]
+    setattr(consumer, _FIXED, True)
+    log.debug("mended DataLoader2's round-robin over worker queues (pytorch/data#1310)")
+    return True
+
+
+def _round_robin(self: Any) -> Iterator[Any]:
+    """``_IterateQueueDataPipes.__iter__``, mended: one item from each worker in turn, each
+    worker with at most one request outstanding; a worker that stops leaves the turn.
+
+    Keeps the original's contract: responses stored by a pause come first, a request limit
+    ends the epoch once the responses already asked for are delivered, termination ends it
+    at once, and worker errors are raised here.
+    """
+    messages = importlib.import_module("torchdata.dataloader2.communication.messages")
+    queues = sys.modules[_QUEUES]
+    active = list(range(len(self.datapipes)))
+    for index in active:
+        if (
+            not self.datapipes[index].protocol.waiting_for_response()
+            and not self.res_buffers[index]
+        ):
+            _request(self, index)
+    turn = 0
+    while active and not self._terminated:
+        turn %= len(active)
+        index = active[turn]
+        response = _response(self, index, queues)
+        if response is None:  # terminated, or no request left to wait for (limit reached)
+            del active[turn]
+            continue
+        if isinstance(response, messages.InvalidStateResponse):
+            raise queues.InvalidStateResetRequired
+        if isinstance(response, messages.TerminateResponse):
+            raise queues.TerminateRequired
+        if isinstance(response, messages.WorkerExceptionResponse):
+            response.exc.reraise()
+        if isinstance(response, messages.StopIterationResponse):
+            del active[turn]
+            continue
+        _request(self, index)
+        turn += 1
+        yield response.value
+
+
+def _request(self: Any, index: int) -> None:
+    """Ask worker ``index`` for its next item, unless the request limit is reached."""
+    if self._limit is not None and self._request_cnt >= self._limit:
+        return
+    self.datapipes[index].protocol.request_next()
+    self._request_cnt += 1
+
+
+def _response(self: Any, index: int, queues: ModuleType) -> Any:
+    """Worker ``index``'s answer to its outstanding request, or None if it has none."""
+    if self.res_buffers[index]:
+        return self.res_buffers[index].popleft()
+    protocol = self.datapipes[index].protocol
+    if not protocol.waiting_for_response():
+        return None
+    while not self._terminated:
+        try:
+            return protocol.get_response_next(block=False)
+        except queues.communication.protocol.EmptyQueue:
+            time.sleep(queues.DEFAULT_NON_BLOCKING_SLEEP)
+    return None

@@ -1,0 +1,202 @@
+"""Composition: ``DataPipeline(...)``, ``tarfile_to_samples()`` and ``WebDataset(...)``.
+
+All three build ordinary DataPipe graphs, the same objects functional chaining builds, so the
+result runs under DataLoader2 (any reading service), plain DataLoader, or a ``for`` loop.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, cast
+
+from torch.utils.data import IterDataPipe
+from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
+
+from wdspipes.curried import Stage, is_stage_factory, stage_factory
+from wdspipes.datapipe import StageDataPipe
+from wdspipes.errors import Handler, reraise_exception
+from wdspipes.grouping import SampleGrouper
+from wdspipes.io import ShardOpener
+from wdspipes.shards import ShardList, ShardResampler, ShardSpec, ShardSplit
+from wdspipes.shuffle import BufferShuffler
+from wdspipes.tar import TarLoader
+
+__all__ = ["DataPipeline", "IteratorStage", "WebDataset", "tarfile_to_samples"]
+
+
+class IteratorStage(StageDataPipe[Any]):
+    """Run a plain iterator-to-iterator function as a stage of ``DataPipeline(...)``.
+
+    The function must be defined at module level (or be a ``functools.partial`` of one) for
+    DataLoader2 and worker processes to pickle it.
+
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> def evens(items):
+    ...     return (x for x in items if x % 2 == 0)
+    >>> list(IteratorStage(IterableWrapper(range(6)), evens))
+    [0, 2, 4]
+    """
+
+    def __init__(
+        self, source_datapipe: IterDataPipe[Any], fn: Callable[[Iterator[Any]], Iterable[Any]]
+    ) -> None:
+        super().__init__()
+        self.source_datapipe = source_datapipe
+        self.fn = fn
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from self.fn(iter(self.source_datapipe))
+
+
+def DataPipeline(*stages: Any) -> IterDataPipe[Any]:
+    """Chain stages into a DataPipe graph, webdataset style.
+
+    The first stage is the source: an IterDataPipe, or a shard spec (a string or a list of
+    URLs, read through :class:`~wdspipes.shards.ShardList`). Each later stage is one of:
+
+    - a curried stage such as ``tarfile_to_samples()`` or ``shuffle(100)`` (a factory passed
+      uncalled means "with its defaults");
+    - ``split_by_node`` / ``split_by_worker``: the first of them becomes the pipeline's one
+      core ``sharding_filter``, which splits shards among all ranks and workers;
+    - an IterDataPipe class, called with the upstream DataPipe;
+    - a plain function from an iterator to an iterator (see :class:`IteratorStage`).
+
+    ``None`` stages are skipped and lists of stages are spliced in.
+
+    Returns:
+        The last stage: an IterDataPipe.
+
+    Raises:
+        ValueError: no stages.
+        TypeError: a stage of a kind listed above it is not.
+
+    >>> import wdspipes as wds
+    >>> pipe = wds.DataPipeline(["a.tar", "b.tar"], wds.split_by_worker, wds.url_opener())
+    >>> type(pipe).__name__
+    'ShardOpener'
+    """
+    flat = _flatten(stages)
+    if not flat:
+        raise ValueError("DataPipeline needs at least a source stage")
+    pipe = _source(flat[0])
+    split = False
+    for position, stage in enumerate(flat[1:], start=1):
+        if isinstance(stage, ShardSplit):
+            if not split:
+                pipe = ShardingFilterIterDataPipe(pipe)
+                split = True
+        else:
+            pipe = _apply(stage, pipe, position)
+    return pipe
+
+
+def _flatten(stages: Iterable[Any]) -> list[Any]:
+    flat: list[Any] = []
+    for stage in stages:
+        if isinstance(stage, list) and flat:  # a list in first place is a shard list
+            flat.extend(_flatten(stage))
+        elif stage is not None:
+            flat.append(stage)
+    return flat
+
+
+def _source(stage: Any) -> IterDataPipe[Any]:
+    if isinstance(stage, IterDataPipe):
+        return stage
+    if isinstance(stage, str | list | tuple):
+        return ShardList(stage)
+    raise TypeError(
+        "the first stage of DataPipeline must be an IterDataPipe or a shard spec (a string or "
+        f"a list of URLs), got {type(stage).__name__}"
+    )
+
+
+def _apply(stage: Any, pipe: IterDataPipe[Any], position: int) -> IterDataPipe[Any]:
+    if is_stage_factory(stage):
+        stage = stage()
+    if isinstance(stage, Stage) or (isinstance(stage, type) and issubclass(stage, IterDataPipe)):
+        result = cast(Callable[[IterDataPipe[Any]], Any], stage)(pipe)
+    elif isinstance(stage, IterDataPipe):
+        raise TypeError(
+            f"stage {position} of DataPipeline is an IterDataPipe instance; only the first stage "
+            "may be one (pass a class or a curried stage instead)"
+        )
+    elif callable(stage):
+        result = IteratorStage(pipe, stage)
+    else:
+        raise TypeError(f"stage {position} of DataPipeline is not a stage: {stage!r}")
+    if not isinstance(result, IterDataPipe):
+        raise TypeError(
+            f"stage {position} of DataPipeline ({stage!r}) did not return an IterDataPipe"
+        )
+    return result
+
+
+def _tarfile_to_samples(source: IterDataPipe[str], handler: Handler) -> SampleGrouper:
+    return SampleGrouper(
+        TarLoader(ShardOpener(source, handler=handler), handler=handler), handler=handler
+    )
+
+
+@stage_factory
+def tarfile_to_samples(handler: Handler = reraise_exception) -> Stage:
+    """Shard URLs to samples: ``open_shards().load_tar().group_samples()``, one handler for all.
+
+    >>> tarfile_to_samples()
+    _tarfile_to_samples(handler=<function reraise_exception at ...>)
+    """
+    return Stage(_tarfile_to_samples, handler=handler)
+
+
+def WebDataset(
+    urls: ShardSpec,
+    shardshuffle: bool | int = False,
+    resampled: bool = False,
+    handler: Handler = reraise_exception,
+    seed: int | None = None,
+    nshards: int | None = None,
+) -> SampleGrouper:
+    """The usual pipeline from shard URLs to samples, split among ranks and workers.
+
+    The shard list (shuffled or resampled, identically in every worker and rank) is split by
+    one core ``sharding_filter``, then each reader opens its shards, reads them, and groups
+    members into samples. Under DataLoader2 with any number of workers, and plain DataLoader,
+    every sample is read exactly once per epoch (resampled: each drawn shard once).
+
+    Args:
+        urls: a shard spec (see :func:`~wdspipes.shards.expand_urls`).
+        shardshuffle: shuffle the shard order each epoch: True for a full shuffle, an int for
+            a shuffle buffer of that many shards, False (or 0) for none.
+        resampled: draw shards with replacement instead, ``nshards`` per epoch (without end
+            if None).
+        handler: error policy for opening, reading and grouping (see :mod:`wdspipes.errors`).
+        seed: fixes the shard order or draws; otherwise the loader's seeding decides.
+        nshards: with ``resampled``, how many shards to draw per epoch, over all readers.
+
+    Returns:
+        A DataPipe of sample dicts; chain further stages on it (``.decode(...)`` etc.).
+
+    >>> pipe, stages = WebDataset("data-{000..009}.tar", shardshuffle=True), []
+    >>> while pipe is not None:
+    ...     stages.append(type(pipe).__name__)
+    ...     pipe = getattr(pipe, "source_datapipe", None)
+    >>> stages[::-1]  # doctest: +NORMALIZE_WHITESPACE
+    ['ShardList', 'BufferShuffler', 'ShardingFilterIterDataPipe', 'ShardOpener', 'TarLoader',
+     'SampleGrouper']
+    """
+    if nshards is not None and not resampled:
+        raise ValueError("nshards applies only with resampled=True")
+    shards: IterDataPipe[str] = ShardList(urls)
+    if resampled:
+        if shardshuffle:
+            warnings.warn(
+                "WebDataset: shardshuffle has no effect with resampled=True",
+                UserWarning,
+                stacklevel=2,
+            )
+        shards = ShardResampler(shards, nshards=nshards, seed=seed)
+    elif shardshuffle:
+        bufsize = len(shards) if shardshuffle is True else int(shardshuffle)
+        shards = BufferShuffler(shards, bufsize=bufsize, initial=bufsize, seed=seed)
+    return _tarfile_to_samples(ShardingFilterIterDataPipe(shards), handler)

@@ -1,0 +1,596 @@
+"""Streaming tar reader behind ``load_tar``: a direct header walk, not the ``tarfile`` module.
+
+Reads ustar, GNU (``L``/``K`` long names and link names) and PAX (``x`` headers overriding
+path and size, ``g`` global headers) archives in one forward pass, yielding every regular
+file as a :class:`TarMember`. Directories, links, devices and FIFOs are skipped. A shard
+compressed as a whole with gzip, bzip2, xz or zstd (with ``zstandard`` installed) is
+recognised by its magic bytes. Header checksums are verified; a shard that ends early
+anywhere, including right after a member with no end-of-archive marker, is an error that
+names the URL, the member and the byte offset (in the uncompressed tar stream).
+
+Member names are decoded as UTF-8 (undecodable bytes kept as surrogate escapes), as
+``tarfile`` does.
+
+>>> import io, tarfile
+>>> buf = io.BytesIO()
+>>> with tarfile.open(fileobj=buf, mode="w") as tf:
+...     info = tarfile.TarInfo("0001.txt"); info.size = 2
+...     tf.addfile(info, io.BytesIO(b"hi"))
+>>> list(iter_tar(io.BytesIO(buf.getvalue()), "mem.tar"))
+[TarMember(name='0001.txt', data=b'hi', offset=0, url='mem.tar')]
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+import struct
+import sys
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+from torch.utils.data import IterDataPipe
+from torch.utils.data.datapipes._decorator import functional_datapipe
+
+from wdspipes.curried import Stage, stage_factory
+from wdspipes.datapipe import StageDataPipe
+from wdspipes.errors import (
+    Handler,
+    ShardError,
+    TarFormatError,
+    TruncatedShardError,
+    WdsError,
+    handle,
+    reraise_exception,
+)
+from wdspipes.io.local import BUFFER_SIZE
+from wdspipes.io.opener import ByteStream, ShardStream, close_quietly
+
+__all__ = ["TarLoader", "TarMember", "iter_tar", "iter_tar_tuples", "tar_file_expander"]
+
+BLOCK = 512
+_ZERO_BLOCK = bytes(BLOCK)
+_DRAIN_LIMIT = 1 << 20
+_SLICE_LIMIT = 1 << 16
+_TERMINATORS = frozenset(b"\0 ")
+
+_REGULAR = frozenset(b"07\0")  # regular file, contiguous file, old-style regular file
+_PLAIN = frozenset(b"07")  # regular files that need no further look at the name
+_POSIX_MAGIC = b"ustar\0"
+_NO_DATA = frozenset(b"123456")  # links, devices, directories, FIFOs: the size field is ignored
+_LONG_NAME, _LONG_LINK, _SPARSE, _PAX_GLOBAL = b"L"[0], b"K"[0], b"S"[0], b"g"[0]
+_PAX_LOCAL = frozenset(b"xX")
+
+Read = Callable[[int], bytes]
+Member = tuple[str, bytes, int, str]
+
+_CHECKSUMS: dict[bytes, int] = {}
+"""Checksum field (8 bytes) -> ``(stored - 255 + byte sum of the field) % 65521``.
+
+A header with stored checksum C is valid when its byte sum, counting the checksum field as
+eight spaces, is C. Then ``zlib.adler32(header) & 0xFFFF``, which is (1 + byte sum) mod 65521,
+equals this cached value: one dict lookup and one adler32 instead of parsing and summing the
+field. A match modulo 65521 could only be wrong if the byte sum were off by a multiple of
+65521, far beyond any accidental damage. Filled with fields whose exact check passed; the
+field takes a bounded number of values, and the cache stops growing at a limit anyway.
+"""
+_CHECKSUM_CACHE_LIMIT = 1 << 16
+
+
+class TarMember(NamedTuple):
+    """A regular file of a tar shard.
+
+    ``offset`` is the byte offset of the member's first header block (including any
+    long-name or PAX headers before it) in the uncompressed tar stream.
+    """
+
+    name: str
+    data: bytes
+    offset: int
+    url: str
+
+
+def iter_tar(stream: ByteStream, url: str) -> Iterator[TarMember]:
+    """Yield the regular files of the tar archive in ``stream`` (named ``url`` in errors).
+
+    Reads up to the end-of-archive marker and a little past it (so that a command feeding the
+    stream finishes and a compressed stream's checksum is verified), but does not close it.
+
+    Raises:
+        TruncatedShardError: the archive ends early.
+        TarFormatError: a header is corrupt, or a member is of an unsupported kind (sparse).
+        ShardError: reading the stream failed.
+    """
+    for member in iter_tar_tuples(stream, url):
+        yield TarMember._make(member)
+
+
+def iter_tar_tuples(stream: ByteStream, url: str) -> Iterator[Member]:
+    """:func:`iter_tar` yielding plain ``(name, data, offset, url)`` tuples: the fast path."""
+    return _TarWalk(stream, url).members()
+
+
+class _TarWalk:
+    """One forward pass over an archive: position, pending extension headers, last member."""
+
+    def __init__(self, stream: ByteStream, url: str) -> None:
+        self.stream = stream
+        self.url = url
+        self.offset = 0  # of the header being read
+        self.member: str | None = None  # last member seen, to locate errors
+        self.pending: list[dict[str, str]] = []  # GNU long names and PAX records, in order
+        self.entry_offset = 0  # first header of the entry being read
+        self.global_pax: dict[str, str] = {}
+
+    def members(self) -> Iterator[Member]:
+        """Yield ``(name, data, offset, url)`` per regular file: the hot loop.
+
+        A plain header (a cached checksum field, no pending extension headers, no name
+        prefix, under 64 KiB of data) is handled inline, with one read for the data, its
+        padding and the next header; everything else by :meth:`_entry`. Failures of the
+        stream itself become located errors.
+        """
+        url = self.url
+        adler32 = zlib.adler32
+        checksums = _CHECKSUMS
+        try:
+            read, header = _open_payload(self.stream, self)
+            while True:
+                # adler32's low half is (1 + byte sum) mod 65521: see _CHECKSUMS.
+                if (
+                    len(header) != BLOCK
+                    or checksums.get(header[148:156]) != adler32(header) & 0xFFFF
+                ):
+                    if self._at_end(read, header):
+                        return
+                    self._check(header)
+                kind = header[156]
+                try:  # the usual size field: eleven octal digits and a terminator
+                    size = int(header[124:135], 8) if header[135] in _TERMINATORS else -1
+                except ValueError:
+                    size = -1
+                if size < 0:
+                    size = self._size(header)
+                if kind in _PLAIN and not (header[345] or self.pending or self.global_pax):
+                    name = header[:100].partition(b"\0")[0].decode("utf-8", "surrogateescape")
+                    offset = self.offset
+                    end = size + (-size % BLOCK)
+                    if size < _SLICE_LIMIT:
+                        # One read for the data, its padding and the next header (a whole
+                        # archive always has at least the end marker after a member).
+                        chunk = read(end + BLOCK)
+                        if len(chunk) == end + BLOCK:
+                            self.offset = offset + BLOCK + end
+                        else:
+                            chunk = self._rest_of_chunk(read, chunk, name, size, end)
+                        data, header = chunk[:size], chunk[end:]
+                    else:  # large: the data into a bytes object of its own, without a copy
+                        data = read(size)
+                        after = read(end - size + BLOCK)
+                        if len(data) == size and len(after) == end - size + BLOCK:
+                            self.offset = offset + BLOCK + end
+                        else:
+                            data, after = self._rest_of_large(read, name, size, end, data, after)
+                        header = after[end - size :]
+                    self.member = name
+                    yield name, data, offset, url
+                    continue
+                member = self._entry(read, header, kind, size)
+                if member is not None:
+                    yield member
+                header = _read_exact(read, BLOCK)
+        except WdsError:
+            raise
+        except EOFError as exn:
+            raise self.truncated(f"compressed data ends early ({exn})") from exn
+        except Exception as exn:
+            if isinstance(exn, _corrupt_compression_errors()):
+                raise self.corrupt(f"corrupt compressed data: {exn}") from exn
+            raise ShardError(
+                self._after_member(f"reading failed: {exn}"), url=url, offset=self.offset
+            ) from exn
+
+    def _rest_of_chunk(self, read: Read, chunk: bytes, name: str, size: int, end: int) -> bytes:
+        """Complete a short read of data, padding and next header; raise if the data is cut.
+        A short header after whole data is reported by the next iteration."""
+        chunk = _read_exact(read, end + BLOCK, chunk)
+        if len(chunk) < size:
+            raise self._data_cut(name, len(chunk), size)
+        self.offset += BLOCK + min(end, len(chunk))
+        return chunk
+
+    def _rest_of_large(
+        self, read: Read, name: str, size: int, end: int, data: bytes, after: bytes
+    ) -> tuple[bytes, bytes]:
+        """Complete short reads of a large member's data and of the padding and header after
+        it; raise if the data is cut."""
+        if len(data) < size:
+            data = _read_exact(read, size, data + after)
+            after = data[size:]
+            data = data[:size]
+        if len(data) < size:
+            raise self._data_cut(name, len(data), size)
+        after = _read_exact(read, end - size + BLOCK, after)
+        self.offset += BLOCK + min(end, size + len(after))
+        return data, after
+
+    def _data_cut(self, name: str | None, got: int, size: int) -> TruncatedShardError:
+        """The error for member ``name`` whose data ends after ``got`` of ``size`` bytes."""
+        self.member = name
+        return self.truncated(f"member data ends after {got} of {size} bytes", in_member=True)
+
+    def _at_end(self, read: Read, header: bytes) -> bool:
+        """Whether ``header`` is the end-of-archive marker; raises if the shard ended early."""
+        if len(header) != BLOCK:
+            self._end_without_marker(len(header))
+        if header != _ZERO_BLOCK:
+            return False
+        if self.pending:
+            raise self.corrupt("extension header with no member after it")
+        _drain(read)
+        return True
+
+    def _check(self, header: bytes) -> None:
+        """Verify a header's checksum exactly; raise if it is wrong."""
+        problem = _checksum_problem(header)
+        if problem is None:
+            return
+        if self.offset == 0:
+            raise self.corrupt("not a tar archive (nor gzip, bzip2, xz or zstd compressed)")
+        raise self.corrupt(problem)
+
+    def _entry(self, read: Read, header: bytes, kind: int, size: int) -> Member | None:
+        """Any header but a plain one: extension headers, non-regular members, and regular
+        files that are named by extension headers or a prefix, or are large."""
+        if kind not in _REGULAR:
+            self._special(read, kind, size)
+            return None
+        offset = self.entry_offset if self.pending else self.offset
+        name, size = self._name_and_size(header, size)
+        if kind == 0 and name.endswith("/"):  # an old-style directory
+            self.offset += BLOCK
+            return None
+        self.member = name
+        return name, self._read_data(read, size), offset, self.url
+
+    def _read_data(self, read: Read, size: int) -> bytes:
+        """A member's data (without copying it) and the padding after it. Short padding is
+        left for the next header read to report: the member itself is whole."""
+        data = _read_exact(read, size)
+        if len(data) < size:
+            raise self._data_cut(self.member, len(data), size)
+        self.offset += BLOCK + size + len(_read_exact(read, -size % BLOCK))
+        return data
+
+    def _size(self, header: bytes) -> int:
+        """The size field in any of its forms; a negative size is corrupt."""
+        size = self._number(header[124:136], "size")
+        if size < 0:
+            raise self.corrupt(f"negative member size {size}")
+        return size
+
+    def _number(self, field: bytes, what: str) -> int:
+        """A numeric header field: octal digits, or base-256 when the top bit is set."""
+        if field[0] in (0o200, 0o377):
+            value = int.from_bytes(field[1:], "big")
+            return value - 256 ** (len(field) - 1) if field[0] == 0o377 else value
+        digits = field.split(b"\0", 1)[0].strip()
+        try:
+            return int(digits, 8) if digits else 0
+        except ValueError:
+            raise self.corrupt(f"invalid {what} field {field!r}") from None
+
+    def _name_and_size(self, header: bytes, size: int) -> tuple[str, int]:
+        """The member's name and data size, after any long-name and PAX overrides."""
+        if self.pending or self.global_pax:
+            overrides = self._take_overrides()
+            if "path" in overrides and "size" in overrides:
+                return overrides["path"], self._pax_size(overrides["size"])
+            if "size" in overrides:
+                size = self._pax_size(overrides["size"])
+            if "path" in overrides:
+                return overrides["path"], size
+        name = header[:100].partition(b"\0")[0]
+        # A name prefix exists only in POSIX ustar headers; GNU headers keep times there.
+        if header[345] and header[257:263] == _POSIX_MAGIC:
+            name = header[345:500].partition(b"\0")[0] + b"/" + name
+        return name.decode("utf-8", "surrogateescape"), size
+
+    def _take_overrides(self) -> dict[str, str]:
+        """Merge the pending extension records: the first header of an entry wins, as in
+        ``tarfile``; global PAX records apply where no local one does."""
+        merged: dict[str, str] = {}
+        for records in self.pending:
+            for key, value in records.items():
+                merged.setdefault(key, value)
+        for key, value in self.global_pax.items():
+            merged.setdefault(key, value)
+        self.pending = []
+        if any(key.startswith("GNU.sparse.") for key in merged):
+            raise self.corrupt("sparse members are not supported")
+        return {key: value for key, value in merged.items() if value != ""}
+
+    def _pax_size(self, value: str) -> int:
+        try:
+            size = int(value)
+        except ValueError:
+            size = -1
+        if size < 0:
+            raise self.corrupt(f"invalid PAX size {value!r}")
+        return size
+
+    def _special(self, read: Read, kind: int, size: int) -> None:
+        """Extension headers and non-regular members: remember or skip, never yield."""
+        if not self.pending:
+            self.entry_offset = self.offset
+        self.offset += BLOCK
+        if kind in _NO_DATA:
+            self.pending = []
+            return
+        if kind == _SPARSE:
+            raise self.corrupt("sparse members are not supported")
+        data = _read_exact(read, size + (-size % BLOCK))
+        if len(data) < size:
+            raise self.truncated(f"extension header data ends after {len(data)} of {size} bytes")
+        self.offset += len(data)
+        data = data[:size]
+        if kind == _LONG_NAME:
+            name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            self.pending.append({"path": name})
+        elif kind == _LONG_LINK:
+            self.pending.append({})
+        elif kind in _PAX_LOCAL:
+            self.pending.append(self._pax_records(data))
+        elif kind == _PAX_GLOBAL:
+            self.global_pax.update(self._pax_records(data))
+        else:  # an unknown kind (GNU dumpdir, volume label, ...): skipped like tarfile does
+            self.pending = []
+
+    def _pax_records(self, data: bytes) -> dict[str, str]:
+        """Parse ``"<length> <key>=<value>\\n"`` records."""
+        records: dict[str, str] = {}
+        pos = 0
+        while pos < len(data) and data[pos] != 0:
+            space = data.find(b" ", pos)
+            try:
+                length = int(data[pos:space])
+            except ValueError:
+                raise self.corrupt("malformed PAX record") from None
+            record = data[space + 1 : pos + length]
+            key, equals, value = record.partition(b"=")
+            if not 0 < length <= len(data) - pos or not equals or not record.endswith(b"\n"):
+                raise self.corrupt("malformed PAX record")
+            records[key.decode("utf-8", "surrogateescape")] = value[:-1].decode(
+                "utf-8", "surrogateescape"
+            )
+            pos += length
+        return records
+
+    def _end_without_marker(self, got: int) -> None:
+        if got:
+            raise self.truncated(f"header ends after {got} of {BLOCK} bytes")
+        if self.offset == 0:
+            raise self.truncated("the shard is empty (0 bytes)")
+        raise self.truncated("the shard ends without the end-of-archive marker: it was cut short")
+
+    def truncated(self, problem: str, in_member: bool = False) -> TruncatedShardError:
+        """An error for a shard ending early at the current offset: inside the current member
+        if ``in_member``, else at a header, after the last member read."""
+        if in_member:
+            return TruncatedShardError(
+                problem, url=self.url, member=self.member, offset=self.offset
+            )
+        return TruncatedShardError(self._after_member(problem), url=self.url, offset=self.offset)
+
+    def corrupt(self, problem: str) -> TarFormatError:
+        """An error for corrupt data at the header at the current offset."""
+        return TarFormatError(self._after_member(problem), url=self.url, offset=self.offset)
+
+    def _after_member(self, problem: str) -> str:
+        return problem if self.member is None else f"{problem} (after member {self.member!r})"
+
+
+def _corrupt_compression_errors() -> tuple[type[Exception], ...]:
+    zstd = sys.modules.get("zstandard")
+    extra = (zstd.ZstdError,) if zstd is not None else ()
+    return (zlib.error, gzip.BadGzipFile, lzma.LZMAError, *extra)
+
+
+def _checksum_problem(header: bytes) -> str | None:
+    """None if the header's checksum is right (unsigned, or signed as some old tars wrote it),
+    else what is wrong with it. Valid unsigned checksum fields are cached in _CHECKSUMS."""
+    field = header[148:156]
+    digits = field.partition(b"\0")[0].strip()
+    try:
+        stored = int(digits, 8) if digits else 0
+    except ValueError:
+        return f"invalid checksum field {field!r}"
+    unsigned = 256 + sum(header[:148]) + sum(header[156:])
+    if stored == unsigned:
+        if len(_CHECKSUMS) < _CHECKSUM_CACHE_LIMIT:
+            _CHECKSUMS[field] = (stored - 255 + sum(field)) % 65521
+        return None
+    signed = (
+        256 + sum(struct.unpack_from("148b", header)) + sum(struct.unpack_from("356b", header, 156))
+    )
+    if stored == signed:
+        return None
+    return f"bad header checksum {stored} (computed {unsigned})"
+
+
+def _read_exact(read: Read, size: int, data: bytes | None = None) -> bytes:
+    """``read(size)``, continued after a short read until ``size`` bytes or the end.
+
+    ``data`` is what a first ``read(size)`` already returned, if it was called.
+    """
+    if data is None:
+        data = read(size)
+    if len(data) == size:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < size:
+        chunk = read(size - got)
+        if not chunk:
+            break
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def _drain(read: Read) -> None:
+    """Read on past the end-of-archive marker to the end of the stream, within a limit."""
+    total = 0
+    while total < _DRAIN_LIMIT:
+        chunk = read(1 << 16)
+        if not chunk:
+            return
+        total += len(chunk)
+
+
+def _open_payload(stream: ByteStream, walk: _TarWalk) -> tuple[Read, bytes]:
+    """The function reading the tar bytes and their first block, decompressing if needed.
+
+    A first block that is a tar header (or the end marker) means an uncompressed archive;
+    otherwise the magic bytes pick the decompressor.
+    """
+    first = _read_exact(stream.read, BLOCK)
+    if first == _ZERO_BLOCK or (len(first) == BLOCK and _checksum_problem(first) is None):
+        return stream.read, first
+    decompress = _decompressor(first, walk)
+    if decompress is None:
+        return stream.read, first  # not compressed: let the walk report what is wrong
+    reader = io.BufferedReader(decompress(_Prefixed(first, stream)), BUFFER_SIZE)
+    return reader.read, _read_exact(reader.read, BLOCK)
+
+
+# A decompressor takes the raw stream and returns a readable object with ``readinto``.
+Decompressor = Callable[[Any], Any]
+
+
+def _decompressor(first: bytes, walk: _TarWalk) -> Decompressor | None:
+    """The decompressor that the magic bytes at the start of a shard call for, if any."""
+    if first.startswith(b"\x1f\x8b\x08"):
+        return lambda raw: gzip.GzipFile(fileobj=raw, mode="rb")
+    if first.startswith(b"BZh") and first[4:10] in (b"1AY&SY", b"\x17rE8P\x90"):
+        return bz2.BZ2File
+    if first.startswith(b"\xfd7zXZ\x00"):
+        return lzma.LZMAFile
+    if first.startswith(b"\x28\xb5\x2f\xfd"):
+        try:
+            import zstandard
+        except ImportError:
+            raise walk.corrupt(
+                "the shard is zstd-compressed: install 'zstandard' (pip install 'wdspipes[zstd]')"
+            ) from None
+        return lambda raw: zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+    return None
+
+
+class _Prefixed(io.RawIOBase):
+    """A stream whose first bytes were already read: gives them back, then reads on."""
+
+    def __init__(self, head: bytes, stream: ByteStream) -> None:
+        super().__init__()
+        self._head = head
+        self._stream = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        if self._head:
+            data, self._head = self._head[: len(buffer)], self._head[len(buffer) :]
+        else:
+            data = self._stream.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+@functional_datapipe("load_tar")
+class TarLoader(StageDataPipe[TarMember]):
+    """Read the regular files of each opened tar shard (functional name: ``load_tar``).
+
+    Each stream is read to its end-of-archive marker and closed; a ``pipe:`` command that
+    failed is reported then, in preference to the damage it did to the archive.
+
+    Args:
+        source_datapipe: yields :class:`~wdspipes.io.ShardStream` ``(url, stream)`` pairs,
+            as ``open_shards`` does.
+        handler: what to do when a shard is bad; continuing moves on to the next shard
+            (the members before the damage have been yielded already).
+
+    Yields:
+        :class:`TarMember` ``(name, data, offset, url)`` for each regular file.
+
+    Raises:
+        ShardError: through ``handler``, for a truncated, corrupt or unreadable shard.
+
+    >>> import io, tarfile
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> from wdspipes.io import ShardStream
+    >>> buf = io.BytesIO()
+    >>> with tarfile.open(fileobj=buf, mode="w") as tf:
+    ...     for name in ("a.txt", "a.cls"):
+    ...         info = tarfile.TarInfo(name); info.size = 1
+    ...         tf.addfile(info, io.BytesIO(b"1"))
+    >>> shards = IterableWrapper([ShardStream("mem.tar", io.BytesIO(buf.getvalue()))])
+    >>> [(m.name, m.offset) for m in shards.load_tar()]
+    [('a.txt', 0), ('a.cls', 1024)]
+    """
+
+    def __init__(
+        self, source_datapipe: IterDataPipe[ShardStream], handler: Handler = reraise_exception
+    ) -> None:
+        super().__init__()
+        self.source_datapipe = source_datapipe
+        self.handler = handler
+
+    def __iter__(self) -> Iterator[TarMember]:
+        for member in self.iter_members():
+            yield TarMember._make(member)
+
+    def iter_members(self) -> Iterator[tuple[str, bytes, int, str]]:
+        """The members as plain tuples, without the per-item hooks torch wraps around
+        ``__iter__``.
+
+        ``group_samples`` reads its upstream TarLoader through this: members are the finest
+        grain of the pipeline, and the hooks would cost more than parsing them.
+        """
+        for url, stream in self.source_datapipe:
+            try:
+                yield from _TarWalk(stream, url).members()
+                stream.close()
+            except Exception as exn:
+                error = _shard_failure(exn, url, stream)
+                if not handle(self.handler, error):
+                    return
+            finally:
+                close_quietly(stream)
+
+
+def _shard_failure(exn: Exception, url: str, stream: ByteStream) -> Exception:
+    """The error to report for a failed shard: the source's own failure (a command's exit
+    status) if closing the stream reveals one, else ``exn`` as a located error."""
+    try:
+        stream.close()
+    except WdsError as closing_error:
+        if closing_error is not exn:
+            closing_error.__cause__ = exn
+        return closing_error
+    except Exception:
+        pass
+    if isinstance(exn, WdsError):
+        return exn
+    error = ShardError(f"reading failed: {exn}", url=url)
+    error.__cause__ = exn
+    return error
+
+
+@stage_factory
+def tar_file_expander(handler: Handler = reraise_exception) -> Stage:
+    """The tar loader stage for ``DataPipeline(...)``: ``load_tar(handler=handler)``."""
+    return Stage(TarLoader, handler=handler)
