@@ -34,25 +34,23 @@ import contextlib
 import dataclasses
 import functools
 import gc
-import importlib
 import io
 import json
 import os
-import platform
 import random
 import resource
-import shlex
 import statistics
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from common import format_table, import_libraries, print_header, print_section, quiet, verdict
 
 MANIFEST_VERSION = 1
 BUFFER_SIZE = 1 << 20
@@ -293,24 +291,6 @@ def read_dataloader2(
 # --- measuring ------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def quiet() -> Iterator[None]:
-    """Silence warnings: torchdata's deprecation notice, webdataset's leaked shard files."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-
-
-def import_libraries(names: Sequence[str]) -> dict[str, str]:
-    """Import the libraries before anything is timed; their versions by name."""
-    versions = {}
-    with quiet():
-        for name in names:
-            module = importlib.import_module(name)
-            versions[name] = str(getattr(module, "__version__", "?"))
-    return versions
-
-
 def run_once(reader: Reader, urls: list[str]) -> tuple[Tally, float]:
     with quiet():
         gc.collect()
@@ -431,26 +411,6 @@ def run_memory_probe(reader_name: str, urls: list[str]) -> dict[str, Any]:
 # --- output ---------------------------------------------------------------------------------
 
 
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool) -> str:
-    """A table with the first column left-aligned and the others right-aligned."""
-    widths = [max(len(row[i]) for row in [headers, *rows]) for i in range(len(headers))]
-
-    def line(cells: Sequence[str]) -> str:
-        padded = [
-            cell.ljust(width) if i == 0 else cell.rjust(width)
-            for i, (cell, width) in enumerate(zip(cells, widths, strict=True))
-        ]
-        return f"| {' | '.join(padded)} |" if markdown else "  ".join(padded)
-
-    if markdown:
-        rule = [
-            f":{'-' * (w - 1)}" if i == 0 else f"{'-' * (w - 1)}:" for i, w in enumerate(widths)
-        ]
-    else:
-        rule = ["-" * w for w in widths]
-    return "\n".join([line(headers), line(rule), *(line(row) for row in rows)])
-
-
 def speed_table(timings: Sequence[Timing], markdown: bool) -> str:
     baseline = {t.reader: t for t in timings}.get("webdataset")
     rows = []
@@ -472,16 +432,8 @@ def speed_table(timings: Sequence[Timing], markdown: bool) -> str:
     return format_table(headers, rows, markdown)
 
 
-def verdict(met: bool) -> str:
-    return "MET" if met else "NOT MET"
-
-
 def mib(size: float) -> str:
     return f"{size / MIB:.1f}"
-
-
-def print_section(title: str, markdown: bool) -> None:
-    print(f"\n### {title}\n" if markdown else f"\n== {title} ==")
 
 
 # --- the run --------------------------------------------------------------------------------
@@ -525,24 +477,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     return args
-
-
-def print_header(args: argparse.Namespace, versions: dict[str, str]) -> None:
-    cpu = ""
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as cpuinfo:
-        cpu = next(
-            (ln.split(":", 1)[1].strip() for ln in cpuinfo if ln.startswith("model name")), ""
-        )
-    mark = "- " if args.markdown else ""
-    lines = [
-        "command: " + shlex.join([sys.executable, *sys.argv]),
-        f"python {platform.python_version()} on {platform.platform()}",
-        f"os.cpu_count(): {os.cpu_count()}" + (f" ({cpu})" if cpu else ""),
-        "versions: " + ", ".join(f"{name} {version}" for name, version in versions.items()),
-        f"timing: in-process, single-threaded, best of {args.repeat} run(s) per reader "
-        "(readers interleaved); MB = 10^6 bytes",
-    ]
-    print("\n".join(mark + line for line in lines))
 
 
 def prepare(spec: DatasetSpec, root: Path, count: int) -> list[str]:
@@ -728,7 +662,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     start = time.perf_counter()
     libraries = ["torch", "torchdata", "webdataset", "wdspipes"]
     versions = import_libraries([*libraries, "torchdata.dataloader2"])
-    print_header(args, {name: versions[name] for name in libraries})
+    timing = (
+        f"in-process, single-threaded, best of {args.repeat} run(s) per reader (readers "
+        "interleaved); MB = 10^6 bytes"
+    )
+    print_header({name: versions[name] for name in libraries}, timing, args.markdown)
     small, big = small_dataset(args.small_samples), big_dataset(args.big_samples)
     small_urls = prepare(small, args.data, args.small_shards)
     big_urls = prepare(big, args.data, max(args.big_shards, 4 * args.probe_shards))

@@ -1,16 +1,50 @@
-"""The base class of every wdspipes stage."""
+"""The base class of every wdspipes stage, and how stages get their functional names."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from torch.utils.data import IterDataPipe
 
 from wdspipes.loaders import fix_dataloader2
 
-__all__ = ["StageDataPipe"]
+__all__ = ["StageDataPipe", "functional_stage", "registered_stage"]
 
 T_co = TypeVar("T_co", covariant=True)
+C = TypeVar("C", bound=type)
+
+
+def functional_stage(name: str) -> Callable[[C], C]:
+    """Register a stage class under a functional name, so ``source.<name>(...)`` builds it.
+
+    As torch's ``functional_datapipe``, but the registered function takes the upstream DataPipe
+    positionally only: torch's passes its own arguments by name (``cls``, ``source_dp``), and
+    ``source.map_dict(cls=int)`` would fail on them. A name already taken is an error, as in
+    torch, so wdspipes never replaces a torch or torchdata stage.
+    """
+
+    def register(cls: C) -> C:
+        if not issubclass(cls, IterDataPipe):
+            raise TypeError(f"{cls.__name__} is not an IterDataPipe")
+        if name in IterDataPipe.functions:
+            raise RuntimeError(f"the functional name {name!r} is already taken")
+
+        def build(source: IterDataPipe[Any], /, *args: Any, **kwargs: Any) -> Any:
+            return cls(source, *args, **kwargs)  # type: ignore[call-arg]
+
+        build.__doc__ = cls.__doc__
+        build.__name__ = build.__qualname__ = name
+        build._wds_stage = cls  # type: ignore[attr-defined]
+        IterDataPipe.register_function(name, build)
+        return cls
+
+    return register
+
+
+def registered_stage(name: str) -> type | None:
+    """The wdspipes class registered under functional name ``name``, if any."""
+    return getattr(IterDataPipe.functions.get(name), "_wds_stage", None)
 
 
 class StageDataPipe(IterDataPipe[T_co]):

@@ -2,8 +2,8 @@
 
 Run ``python -m wdspipes.demo`` (``make demo`` sets everything up first). It writes a few tar
 shards of labelled samples, then reads every sample of each epoch through
-``DataLoader2(WebDataset(...), MultiProcessingReadingService(num_workers=...))``, checks that
-each sample arrived exactly once, and prints samples/s.
+``DataLoader2(WebDataset(...).decode().batched(256), MultiProcessingReadingService(...))``,
+checks that each sample arrived exactly once, and prints samples/s.
 """
 
 from __future__ import annotations
@@ -59,12 +59,12 @@ def read_epochs(urls: list[str], workers: int, epochs: int) -> None:
     service = dl2.MultiProcessingReadingService(num_workers=workers)
     # Batch inside the workers: each item crossing to the main process costs a pickle and a
     # queue round trip, far more than reading a sample.
-    pipe = WebDataset(urls, shardshuffle=True).batch(BATCH_SIZE)
+    pipe = WebDataset(urls, shardshuffle=True).decode().batched(BATCH_SIZE)
     loader = dl2.DataLoader2(pipe, reading_service=service)
     try:
         for epoch in range(1, epochs + 1):
             start = time.perf_counter()
-            seen = Counter(sample["__key__"] for batch in loader for sample in batch)
+            seen = Counter(key for batch in loader for key in batch["__key__"])
             elapsed = time.perf_counter() - start
             repeated = sum(count - 1 for count in seen.values())
             if repeated:

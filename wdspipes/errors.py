@@ -19,10 +19,13 @@ import warnings
 from collections.abc import Callable
 
 __all__ = [
+    "CollationError",
     "CommandError",
     "DataWarning",
+    "DecodeError",
     "DuplicateFieldError",
     "Handler",
+    "MissingFieldError",
     "SampleError",
     "ShardError",
     "ShardOpenError",
@@ -42,7 +45,7 @@ Handler = Callable[[Exception], object]
 
 
 class WdsError(Exception):
-    """A problem with the data, located by URL, member, key and byte offset where known.
+    """A problem with the data, located by URL, member, key, field and byte offset where known.
 
     The message passed in describes the problem; the location is prefixed to it. An instance
     can be rebuilt from its message alone, as pickling and worker processes require.
@@ -55,17 +58,21 @@ class WdsError(Exception):
         url: str | None = None,
         member: str | None = None,
         key: str | None = None,
+        field: str | None = None,
         offset: int | None = None,
     ) -> None:
         self.url = url
         self.member = member
         self.key = key
+        self.field = field
         self.offset = offset
         where = [url] if url is not None else []
         if member is not None:
             where.append(f"member {member!r}")
         if key is not None:
             where.append(f"key {key!r}")
+        if field is not None:
+            where.append(f"field {field!r}")
         if offset is not None:
             where.append(f"at byte {offset}")
         super().__init__(f"{', '.join(where)}: {problem}" if where else problem)
@@ -109,6 +116,18 @@ class SampleError(WdsError):
 
 class DuplicateFieldError(SampleError):
     """A field occurs twice in one sample; the later member is the duplicate."""
+
+
+class DecodeError(SampleError):
+    """A field cannot be decoded; the decoder's own error is the ``__cause__``."""
+
+
+class MissingFieldError(SampleError):
+    """A sample lacks a field that a stage asked for."""
+
+
+class CollationError(SampleError):
+    """The values of a field cannot be put into one batch (unequal shapes or types)."""
 
 
 class DataWarning(UserWarning):

@@ -17,10 +17,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from torch.utils.data import IterDataPipe
-from torch.utils.data.datapipes._decorator import functional_datapipe
 
 from wdspipes.curried import Stage, stage_factory
-from wdspipes.datapipe import StageDataPipe
+from wdspipes.datapipe import StageDataPipe, functional_stage
 from wdspipes.errors import DuplicateFieldError, Handler, handle, reraise_exception
 from wdspipes.tar import TarLoader, TarMember
 
@@ -61,7 +60,7 @@ def is_meta(name: str) -> bool:
     return _META_DIR.match(name) is not None
 
 
-@functional_datapipe("group_samples")
+@functional_stage("group_samples")
 class SampleGrouper(StageDataPipe[Sample]):
     """Group consecutive members with one key into a sample (functional name: ``group_samples``).
 

@@ -17,10 +17,9 @@ from typing import Any
 
 import braceexpand
 from torch.utils.data import IterDataPipe
-from torch.utils.data.datapipes._decorator import functional_datapipe
 from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
-from wdspipes.datapipe import StageDataPipe
+from wdspipes.datapipe import StageDataPipe, functional_stage
 from wdspipes.seeds import Seeding
 
 __all__ = [
@@ -97,7 +96,7 @@ SimpleShardList = ShardList
 """webdataset's name for :class:`ShardList`, for use in ``DataPipeline(...)``."""
 
 
-@functional_datapipe("list_shards")
+@functional_stage("list_shards")
 class ShardLister(StageDataPipe[str]):
     """Expand each shard spec of the source into URLs (functional name: ``list_shards``).
 
@@ -121,7 +120,7 @@ class ShardLister(StageDataPipe[str]):
             yield from expand_urls(spec)
 
 
-@functional_datapipe("resample_shards")
+@functional_stage("resample_shards")
 class ShardResampler(StageDataPipe[str]):
     """Draw shards with replacement from the source's URLs (functional name: ``resample_shards``).
 

@@ -13,10 +13,9 @@ from collections.abc import Iterator
 from typing import TypeVar
 
 from torch.utils.data import IterDataPipe
-from torch.utils.data.datapipes._decorator import functional_datapipe
 
 from wdspipes.curried import Stage, stage_factory
-from wdspipes.datapipe import StageDataPipe
+from wdspipes.datapipe import StageDataPipe, functional_stage
 from wdspipes.seeds import Seeding
 
 __all__ = ["BufferShuffler", "shuffle"]
@@ -24,7 +23,7 @@ __all__ = ["BufferShuffler", "shuffle"]
 T = TypeVar("T")
 
 
-@functional_datapipe("buffer_shuffle")
+@functional_stage("buffer_shuffle")
 class BufferShuffler(StageDataPipe[T]):
     """Shuffle items through a buffer (functional name: ``buffer_shuffle``).
 

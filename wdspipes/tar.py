@@ -33,10 +33,9 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from torch.utils.data import IterDataPipe
-from torch.utils.data.datapipes._decorator import functional_datapipe
 
 from wdspipes.curried import Stage, stage_factory
-from wdspipes.datapipe import StageDataPipe
+from wdspipes.datapipe import StageDataPipe, functional_stage
 from wdspipes.errors import (
     Handler,
     ShardError,
@@ -510,7 +509,7 @@ class _Prefixed(io.RawIOBase):
         return len(data)
 
 
-@functional_datapipe("load_tar")
+@functional_stage("load_tar")
 class TarLoader(StageDataPipe[TarMember]):
     """Read the regular files of each opened tar shard (functional name: ``load_tar``).
 

@@ -8,10 +8,9 @@ from collections.abc import Callable, Iterator
 from typing import NamedTuple, Protocol
 
 from torch.utils.data import IterDataPipe
-from torch.utils.data.datapipes._decorator import functional_datapipe
 
 from wdspipes.curried import Stage, stage_factory
-from wdspipes.datapipe import StageDataPipe
+from wdspipes.datapipe import StageDataPipe, functional_stage
 from wdspipes.errors import Handler, ShardOpenError, handle, reraise_exception
 from wdspipes.io.local import open_file, open_stdin
 from wdspipes.io.pipe import open_pipe
@@ -91,7 +90,7 @@ def close_quietly(stream: ByteStream) -> None:
         log.debug("closing an abandoned shard stream failed", exc_info=True)
 
 
-@functional_datapipe("open_shards")
+@functional_stage("open_shards")
 class ShardOpener(StageDataPipe[ShardStream]):
     """Open each shard URL of the source (functional name: ``open_shards``).
 

@@ -1,0 +1,26 @@
+"""Decoding sample fields: the ``decode`` stage, its basic and image handlers, tenbin."""
+
+from wdspipes.decoders.basic import BasicDecoder, Continue, UntrustedDataError, gunzip
+from wdspipes.decoders.decoder import (
+    ExtensionHandler,
+    SampleDecoder,
+    decode,
+    decode_field,
+    handle_extension,
+)
+from wdspipes.decoders.images import IMAGE_SPECS, ImageDecoder, image_extensions
+
+__all__ = [
+    "IMAGE_SPECS",
+    "BasicDecoder",
+    "Continue",
+    "ExtensionHandler",
+    "ImageDecoder",
+    "SampleDecoder",
+    "UntrustedDataError",
+    "decode",
+    "decode_field",
+    "gunzip",
+    "handle_extension",
+    "image_extensions",
+]

@@ -1,0 +1,161 @@
+"""Epoch lengths: a fixed number of items per epoch, a declared length, repeated epochs.
+
+Each applies to the stream it is given: placed after a ``sharding_filter`` (as in
+``WebDataset(...)``), it counts the items of one reader, so ``with_epoch(1000)`` under four
+workers gives 4000 items per epoch in all.
+
+>>> from torch.utils.data.datapipes.iter import IterableWrapper
+>>> list(IterableWrapper(range(3)).with_epoch(7))
+[0, 1, 2, 0, 1, 2, 0]
+>>> list(IterableWrapper(range(3)).repeat_epochs(2))
+[0, 1, 2, 0, 1, 2]
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+from torch.utils.data import IterDataPipe
+
+from wdspipes.curried import Stage, stage_factory
+from wdspipes.datapipe import StageDataPipe, functional_stage
+
+__all__ = ["EpochLimiter", "EpochRepeater", "LengthSetter", "repeat", "with_epoch", "with_length"]
+
+
+def _epochs(source: IterDataPipe[Any], count: int | None) -> Iterator[Any]:
+    """The items of ``count`` epochs of ``source`` (without end if None); stops early, with
+    a warning, if an epoch of the source yields nothing, rather than spin forever."""
+    for _ in itertools.count() if count is None else range(count):
+        empty = True
+        for item in source:
+            empty = False
+            yield item
+        if empty:
+            warnings.warn(
+                f"{type(source).__name__} yielded no items; a reader with no shards?",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return
+
+
+@functional_stage("with_epoch")
+class EpochLimiter(StageDataPipe[Any]):
+    """Make every epoch exactly ``nitems`` long (functional name: ``with_epoch``).
+
+    The source is read from its start each epoch, and restarted as often as needed; a source
+    that yields nothing at all ends the epoch early with a RuntimeWarning.
+
+    Args:
+        source_datapipe: yields items.
+        nitems: items per epoch.
+
+    Yields:
+        ``nitems`` items.
+
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> list(IterableWrapper("abcde").with_epoch(3))
+    ['a', 'b', 'c']
+    """
+
+    def __init__(self, source_datapipe: IterDataPipe[Any], nitems: int) -> None:
+        super().__init__()
+        if not isinstance(nitems, int) or nitems < 0:
+            raise ValueError(f"nitems must be an int >= 0, got {nitems!r}")
+        self.source_datapipe = source_datapipe
+        self.nitems = nitems
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from itertools.islice(_epochs(self.source_datapipe, None), self.nitems)
+
+    def __len__(self) -> int:
+        return self.nitems
+
+
+@functional_stage("with_length")
+class LengthSetter(StageDataPipe[Any]):
+    """Declare the length ``len()`` reports (functional name: ``with_length``).
+
+    What is yielded does not change; this is for training loops that need ``len()``.
+
+    Args:
+        source_datapipe: yields items.
+        length: what ``len()`` returns.
+
+    Yields:
+        The source's items.
+
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> len(IterableWrapper(iter(range(3)), deepcopy=False).with_length(3))
+    3
+    """
+
+    def __init__(self, source_datapipe: IterDataPipe[Any], length: int) -> None:
+        super().__init__()
+        if not isinstance(length, int) or length < 0:
+            raise ValueError(f"length must be an int >= 0, got {length!r}")
+        self.source_datapipe = source_datapipe
+        self.length = length
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from self.source_datapipe
+
+    def __len__(self) -> int:
+        return self.length
+
+
+@functional_stage("repeat_epochs")
+class EpochRepeater(StageDataPipe[Any]):
+    """Concatenate ``nepochs`` epochs of the source (functional name: ``repeat_epochs``).
+
+    This is webdataset's ``.repeat(n)``; the functional name ``repeat`` is torchdata's, which
+    repeats each item.
+
+    Args:
+        source_datapipe: yields items.
+        nepochs: how many epochs; None for no end.
+
+    Yields:
+        The source's items, epoch after epoch.
+
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> list(IterableWrapper("ab").repeat_epochs(3))
+    ['a', 'b', 'a', 'b', 'a', 'b']
+    """
+
+    def __init__(self, source_datapipe: IterDataPipe[Any], nepochs: int | None = None) -> None:
+        super().__init__()
+        if nepochs is not None and (not isinstance(nepochs, int) or nepochs < 0):
+            raise ValueError(f"nepochs must be an int >= 0 or None, got {nepochs!r}")
+        self.source_datapipe = source_datapipe
+        self.nepochs = nepochs
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from _epochs(self.source_datapipe, self.nepochs)
+
+    def __len__(self) -> int:
+        if self.nepochs is None:
+            raise TypeError("repeat_epochs(None) has no length: it does not end")
+        return self.nepochs * len(self.source_datapipe)
+
+
+@stage_factory
+def with_epoch(nitems: int) -> Stage:
+    """``with_epoch(nitems)`` for ``DataPipeline(...)``."""
+    return Stage(EpochLimiter, nitems)
+
+
+@stage_factory
+def with_length(length: int) -> Stage:
+    """``with_length(length)`` for ``DataPipeline(...)``."""
+    return Stage(LengthSetter, length)
+
+
+@stage_factory
+def repeat(nepochs: int | None = None) -> Stage:
+    """``repeat_epochs(nepochs)`` for ``DataPipeline(...)``, under webdataset's name."""
+    return Stage(EpochRepeater, nepochs)
