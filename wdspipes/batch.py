@@ -16,7 +16,7 @@ tensor, numbers (bool, int, float) become a tensor (bool, int64, float64, as tor
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ from torch.utils.data import IterDataPipe
 
 from wdspipes.curried import Stage, stage_factory
 from wdspipes.datapipe import StageDataPipe, functional_stage
-from wdspipes.errors import CollationError
+from wdspipes.errors import CollationError, sample_location
 
 __all__ = ["Batcher", "Unbatcher", "batched", "collate", "unbatch", "unbatched"]
 
@@ -46,8 +46,7 @@ def collate(samples: Sequence[Any]) -> Any:
             if sample.keys() != first.keys():
                 raise CollationError(
                     f"samples have different fields: {sorted(first)} and {sorted(sample)}",
-                    url=sample.get("__url__"),
-                    key=sample.get("__key__"),
+                    **sample_location(sample),
                 )
         return {field: _column(field, [sample[field] for sample in samples]) for field in fields}
     if isinstance(first, list | tuple):
@@ -105,18 +104,21 @@ def unbatch(batch: Any) -> Iterator[Any]:
     """The samples of a batch: a dict of columns gives dicts, a tuple of columns tuples, a list
     or tensor its items. Numbers come back as 0-d tensors."""
     if isinstance(batch, dict):
-        lengths = {len(column) for column in batch.values()}
-        if len(lengths) != 1:
-            raise CollationError(f"cannot unbatch columns of different lengths {sorted(lengths)}")
-        for row in range(lengths.pop()):
+        for row in range(_rows(batch.values())):
             yield {field: column[row] for field, column in batch.items()}
     elif isinstance(batch, tuple):
-        lengths = {len(column) for column in batch}
-        if len(lengths) > 1:
-            raise CollationError(f"cannot unbatch columns of different lengths {sorted(lengths)}")
+        _rows(batch)
         yield from zip(*batch, strict=True)
     else:
         yield from batch
+
+
+def _rows(columns: Iterable[Any]) -> int:
+    """The common length of the columns of a batch (0 for none)."""
+    lengths = {len(column) for column in columns}
+    if len(lengths) > 1:
+        raise CollationError(f"cannot unbatch columns of different lengths {sorted(lengths)}")
+    return lengths.pop() if lengths else 0
 
 
 @functional_stage("batched")

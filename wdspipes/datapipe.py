@@ -9,9 +9,11 @@ from torch.utils.data import IterDataPipe
 
 from wdspipes.loaders import fix_dataloader2
 
-__all__ = ["StageDataPipe", "functional_stage", "registered_stage"]
+__all__ = ["Sample", "StageDataPipe", "functional_stage", "registered_stage"]
 
 T_co = TypeVar("T_co", covariant=True)
+Sample = dict[str, Any]
+"""A sample: ``__key__``, ``__url__`` and one value per field."""
 C = TypeVar("C", bound=type)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 __all__ = [
     "CollationError",
@@ -36,6 +37,7 @@ __all__ = [
     "ignore_and_continue",
     "ignore_and_stop",
     "reraise_exception",
+    "sample_location",
     "warn_and_continue",
     "warn_and_stop",
 ]
@@ -128,6 +130,14 @@ class MissingFieldError(SampleError):
 
 class CollationError(SampleError):
     """The values of a field cannot be put into one batch (unequal shapes or types)."""
+
+
+def sample_location(sample: object) -> dict[str, Any]:
+    """The ``url`` and ``key`` keywords locating an error about ``sample`` (none for a sample
+    that is not a dict)."""
+    if isinstance(sample, dict):
+        return {"url": sample.get("__url__"), "key": sample.get("__key__")}
+    return {}
 
 
 class DataWarning(UserWarning):

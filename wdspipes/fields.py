@@ -20,8 +20,15 @@ from typing import Any
 from torch.utils.data import IterDataPipe
 
 from wdspipes.curried import Stage, stage_factory
-from wdspipes.datapipe import StageDataPipe, functional_stage
-from wdspipes.errors import Handler, MissingFieldError, SampleError, handle, reraise_exception
+from wdspipes.datapipe import Sample, StageDataPipe, functional_stage
+from wdspipes.errors import (
+    Handler,
+    MissingFieldError,
+    SampleError,
+    handle,
+    reraise_exception,
+    sample_location,
+)
 
 __all__ = [
     "FieldMapper",
@@ -40,8 +47,6 @@ __all__ = [
     "to_tuple",
 ]
 
-Sample = dict[str, Any]
-
 
 def first_present(sample: Sample, alternatives: tuple[str, ...]) -> Any:
     """The value of the first of ``alternatives`` present in ``sample``.
@@ -54,16 +59,8 @@ def first_present(sample: Sample, alternatives: tuple[str, ...]) -> Any:
             return sample[field]
     raise MissingFieldError(
         f"no field {';'.join(alternatives)!r} among {[f for f in sample if f[:2] != '__']}",
-        url=sample.get("__url__"),
-        key=sample.get("__key__"),
+        **sample_location(sample),
     )
-
-
-def _where(sample: Any) -> dict[str, Any]:
-    """The location keywords of an error about ``sample``."""
-    if isinstance(sample, dict):
-        return {"url": sample.get("__url__"), "key": sample.get("__key__")}
-    return {}
 
 
 @functional_stage("to_tuple")
@@ -124,7 +121,7 @@ class TupleMaker(StageDataPipe[tuple[Any, ...]]):
         for alternatives, value in zip(self.fields, result, strict=True):
             if value is None:  # "is": arrays answer "==" element by element
                 spec = ";".join(alternatives)
-                raise MissingFieldError(f"field {spec!r} is None", **_where(sample))
+                raise MissingFieldError(f"field {spec!r} is None", **sample_location(sample))
 
     def _get(self, sample: Sample, alternatives: tuple[str, ...]) -> Any:
         if self.missing_is_error:
@@ -240,7 +237,7 @@ def _apply(fn: Callable[[Any], Any], value: Any, sample: Any, field: str | None)
     except Exception as exn:
         name = getattr(fn, "__name__", repr(fn))
         raise SampleError(
-            f"{name} failed: {type(exn).__name__}: {exn}", field=field, **_where(sample)
+            f"{name} failed: {type(exn).__name__}: {exn}", field=field, **sample_location(sample)
         ) from exn
 
 

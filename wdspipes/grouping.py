@@ -14,18 +14,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
 
 from torch.utils.data import IterDataPipe
 
 from wdspipes.curried import Stage, stage_factory
-from wdspipes.datapipe import StageDataPipe, functional_stage
+from wdspipes.datapipe import Sample, StageDataPipe, functional_stage
 from wdspipes.errors import DuplicateFieldError, Handler, handle, reraise_exception
 from wdspipes.tar import TarLoader, TarMember
 
 __all__ = ["SampleGrouper", "group_by_keys", "is_meta", "split_name"]
-
-Sample = dict[str, Any]
 
 # webdataset's rule, used verbatim where the fast path below cannot decide.
 _KEY_AND_FIELD = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")

@@ -15,14 +15,13 @@ from typing import Any
 from torch.utils.data import IterDataPipe
 
 from wdspipes.curried import Stage, stage_factory
-from wdspipes.datapipe import StageDataPipe, functional_stage
+from wdspipes.datapipe import Sample, StageDataPipe, functional_stage
 from wdspipes.decoders.basic import BasicDecoder, Continue, gunzip
 from wdspipes.decoders.images import ImageDecoder
-from wdspipes.errors import DecodeError, Handler, handle, reraise_exception
+from wdspipes.errors import DecodeError, Handler, handle, reraise_exception, sample_location
 
 __all__ = ["ExtensionHandler", "SampleDecoder", "decode", "decode_field", "handle_extension"]
 
-Sample = dict[str, Any]
 FieldHandler = Callable[[str, bytes], Any]
 
 
@@ -147,9 +146,8 @@ class SampleDecoder(StageDataPipe[Sample]):
         except Exception as exn:
             raise DecodeError(
                 f"cannot decode: {type(exn).__name__}: {exn}",
-                url=sample.get("__url__"),
-                key=sample.get("__key__"),
                 field=field,
+                **sample_location(sample),
             ) from exn
 
 

@@ -91,10 +91,11 @@ class ImageDecoder:
             image = image.convert(mode)
         if library == "pil":
             return image
-        # Every result below is one writable copy of the pixels (np.asarray is a read-only view).
+        # Each result is one writable copy of the pixels: np.asarray is a read-only view.
         if element == "float":
-            array = np.asarray(image).astype(np.float32) / np.float32(255)
-        elif library == "numpy" or image.mode == "L":
+            array = np.asarray(image).astype(np.float32)
+            array /= np.float32(255)
+        elif library == "numpy":
             array = np.array(image)
         else:
             array = np.asarray(image)
@@ -103,7 +104,9 @@ class ImageDecoder:
         import torch
 
         if array.ndim == 3:
-            array = np.ascontiguousarray(array.transpose(2, 0, 1))
+            array = array.transpose(2, 0, 1)
+        if not (array.flags.writeable and array.flags.c_contiguous):
+            array = np.array(array, order="C")
         return torch.from_numpy(array)
 
     def __repr__(self) -> str:
