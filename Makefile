@@ -15,8 +15,8 @@ test: setup test-tools lint
 	$(BIN)/pytest
 
 lint: setup
-	$(BIN)/ruff check wdspipes tests benchmarks
-	$(BIN)/ruff format --check wdspipes tests benchmarks
+	$(BIN)/ruff check wdspipes tests benchmarks examples
+	$(BIN)/ruff format --check wdspipes tests benchmarks examples
 	$(BIN)/mypy
 
 setup: $(VENV)/.installed

@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 from shardgen import write_shards
 from torch.utils.data.datapipes.iter import IterableWrapper
-from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
+from torch.utils.data.datapipes.iter.sharding import (
+    SHARDING_PRIORITIES,
+    ShardingFilterIterDataPipe,
+)
 from torch.utils.data.graph import traverse_dps
 from torch.utils.data.graph_settings import get_all_graph_pipes
 
@@ -112,7 +115,7 @@ def test_split_by_worker_reads_disjoint_shards(urls: list[str]) -> None:
     for worker in range(3):
         pipe = wds.DataPipeline(urls, wds.split_by_worker, wds.tarfile_to_samples())
         (sharding,) = sharding_filters(pipe)
-        sharding.apply_sharding(3, worker)
+        sharding.apply_sharding(3, worker, SHARDING_PRIORITIES.MULTIPROCESSING)  # as DataLoader2
         seen += keys(pipe)
     assert sorted(seen) == all_keys(urls)
 

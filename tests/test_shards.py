@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import pytest
+from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes.iter import IterableWrapper
+from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
 import wdspipes as wds
 from wdspipes.shards import expand_urls
@@ -59,8 +62,12 @@ def test_list_shards_expands_each_spec() -> None:
 URLS = [f"s-{i:02d}.tar" for i in range(20)]
 
 
-def draws(pipe: wds.ShardResampler, epochs: int = 1) -> list[list[str]]:
+def draws(pipe: IterDataPipe[str], epochs: int = 1) -> list[list[str]]:
     return [list(pipe) for _ in range(epochs)]
+
+
+def resampler(**kwargs: Any) -> wds.ShardResampler:
+    return wds.ShardResampler(wds.ShardList(URLS), **kwargs)
 
 
 def test_resampler_draws_with_replacement() -> None:
@@ -85,7 +92,7 @@ def test_fixed_seed_gives_the_same_stream_every_run_and_new_draws_each_epoch() -
 
 def test_fixed_seed_wins_over_the_loader_seed() -> None:
     """Loaders call set_seed each epoch: with a fixed seed only the epoch count matters."""
-    a, b = (wds.ResampledShards(URLS, nshards=30, seed=5) for _ in range(2))
+    a, b = (resampler(nshards=30, seed=5) for _ in range(2))
     epochs_a, epochs_b = [], []
     for seed_a, seed_b in [(1, 2), (3, 4)]:
         a.set_seed(seed_a)
@@ -97,7 +104,7 @@ def test_fixed_seed_wins_over_the_loader_seed() -> None:
 
 
 def test_loader_seed_decides_without_a_fixed_seed() -> None:
-    a, b, c = (wds.ResampledShards(URLS, nshards=30) for _ in range(3))
+    a, b, c = (resampler(nshards=30) for _ in range(3))
     a.set_seed(11)
     b.set_seed(11)
     c.set_seed(12)
@@ -108,6 +115,30 @@ def test_without_any_seed_each_pipeline_draws_its_own() -> None:
     assert draws(wds.ResampledShards(URLS, nshards=30)) != draws(
         wds.ResampledShards(URLS, nshards=30)
     )
+
+
+def test_resampled_shards_split_one_shared_stream_among_readers() -> None:
+    """Each reader takes its own part of the one stream all draw alike: no two readers
+    repeat each other's draws, and nshards counts the draws of all readers together."""
+    whole = draws(wds.ResampledShards(URLS, nshards=30, seed=3))[0]
+    parts = []
+    for reader in range(3):
+        pipe = wds.ResampledShards(URLS, nshards=30, seed=3)
+        assert isinstance(pipe, ShardingFilterIterDataPipe)
+        pipe.apply_sharding(3, reader)
+        parts.append(list(pipe))
+    assert [len(part) for part in parts] == [10, 10, 10]
+    assert [shard for row in zip(*parts, strict=True) for shard in row] == whole
+    assert len(wds.ShardResampler(wds.ShardList(URLS), nshards=30)) == 30
+    with pytest.raises(TypeError, match="draws without end"):
+        len(wds.ShardResampler(wds.ShardList(URLS)))
+
+
+def test_split_markers_after_resampled_shards_change_nothing() -> None:
+    pipe = wds.DataPipeline(wds.ResampledShards(URLS), wds.split_by_node, wds.split_by_worker)
+    assert isinstance(pipe, ShardingFilterIterDataPipe)
+    assert isinstance(pipe.source_datapipe, wds.ShardResampler)
+    assert wds.split_by_worker(pipe) is pipe
 
 
 def test_resample_shards_over_a_pipe() -> None:

@@ -17,6 +17,7 @@ from wdspipes.decoders import (
     decode,
     handle_extension,
 )
+from wdspipes.distributed import ShardSplitError, full_sync
 from wdspipes.epochs import (
     EpochLimiter,
     EpochRepeater,
@@ -112,6 +113,7 @@ __all__ = [
     "ShardOpenError",
     "ShardOpener",
     "ShardResampler",
+    "ShardSplitError",
     "ShardStream",
     "SimpleShardList",
     "Stage",
@@ -130,6 +132,7 @@ __all__ = [
     "decode",
     "expand_urls",
     "fix_dataloader2",
+    "full_sync",
     "group_by_keys",
     "handle_extension",
     "ignore_and_continue",

@@ -58,7 +58,8 @@ def DataPipeline(*stages: Any) -> IterDataPipe[Any]:
     - a curried stage such as ``tarfile_to_samples()`` or ``shuffle(100)`` (a factory passed
       uncalled means "with its defaults");
     - ``split_by_node`` / ``split_by_worker``: the first of them becomes the pipeline's one
-      core ``sharding_filter``, which splits shards among all ranks and workers;
+      core ``sharding_filter``, which splits shards among all ranks and workers (unless the
+      pipeline has one already, as ``ResampledShards`` does);
     - an IterDataPipe class, called with the upstream DataPipe;
     - a plain function from an iterator to an iterator (see :class:`IteratorStage`).
 
@@ -80,14 +81,8 @@ def DataPipeline(*stages: Any) -> IterDataPipe[Any]:
     if not flat:
         raise ValueError("DataPipeline needs at least a source stage")
     pipe = _source(flat[0])
-    split = False
     for position, stage in enumerate(flat[1:], start=1):
-        if isinstance(stage, ShardSplit):
-            if not split:
-                pipe = ShardingFilterIterDataPipe(pipe)
-                split = True
-        else:
-            pipe = _apply(stage, pipe, position)
+        pipe = stage(pipe) if isinstance(stage, ShardSplit) else _apply(stage, pipe, position)
     return pipe
 
 

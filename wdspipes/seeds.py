@@ -44,9 +44,8 @@ import random
 from typing import Any
 
 from torch.utils.data import IterDataPipe
-from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
-from torch.utils.data.graph import traverse_dps
-from torch.utils.data.graph_settings import get_all_graph_pipes
+
+from wdspipes.distributed import sharding_filter_of
 
 __all__ = ["Seeding", "sharding_position"]
 
@@ -94,7 +93,7 @@ def sharding_position(datapipe: IterDataPipe[Any]) -> tuple[int, int] | None:
 
     None when there is none, that is when ``datapipe`` sees the same items in every reader.
     """
-    for pipe in get_all_graph_pipes(traverse_dps(datapipe)):
-        if pipe is not datapipe and isinstance(pipe, ShardingFilterIterDataPipe):
-            return (pipe.num_of_instances, pipe.instance_id)
-    return None
+    sharding_filter = sharding_filter_of(datapipe)
+    if sharding_filter is None:
+        return None
+    return (sharding_filter.num_of_instances, sharding_filter.instance_id)

@@ -20,6 +20,7 @@ from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
 from wdspipes.datapipe import StageDataPipe, functional_stage
+from wdspipes.distributed import sharding_filter_of
 from wdspipes.seeds import Seeding
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "ShardSplit",
     "SimpleShardList",
     "expand_urls",
+    "is_split",
     "split_by_node",
     "split_by_worker",
 ]
@@ -172,16 +174,28 @@ class ShardResampler(StageDataPipe[str]):
             yield urls[rng.randrange(len(urls))]
             drawn += 1
 
+    def __len__(self) -> int:
+        if self.nshards is None:
+            raise TypeError("resample_shards(nshards=None) has no length: it draws without end")
+        return self.nshards
+
 
 def ResampledShards(
     urls: ShardSpec, nshards: int | None = None, seed: int | None = None
-) -> ShardResampler:
-    """Shards of ``urls`` drawn with replacement: ``ShardList(urls).resample_shards(...)``.
+) -> IterDataPipe[str]:
+    """Shards of ``urls`` drawn with replacement, split among ranks and workers:
+    ``ShardList(urls).resample_shards(nshards, seed).sharding_filter()``.
+
+    Every rank and worker draws the same stream (from ``seed``, or the loader's shared seed)
+    and reads its own part of it, so readers never repeat one another's draws, and ``nshards``
+    counts the draws of all readers together. This differs from webdataset, whose
+    ``ResampledShards`` draws apart in each worker: see docs/distributed.md. Being split
+    already, it needs no ``split_by_node``/``split_by_worker`` (a ``DataPipeline`` skips them).
 
     >>> sorted(set(ResampledShards("s-{0..1}.tar", nshards=50, seed=0)))
     ['s-0.tar', 's-1.tar']
     """
-    return ShardResampler(ShardList(urls), nshards=nshards, seed=seed)
+    return ShardingFilterIterDataPipe(ShardResampler(ShardList(urls), nshards=nshards, seed=seed))
 
 
 class ShardSplit:
@@ -190,7 +204,9 @@ class ShardSplit:
     In ``DataPipeline(...)``, ``split_by_node`` and ``split_by_worker`` (one or both) become a
     single core ``sharding_filter`` at the first of them: DataLoader2 and plain DataLoader
     then give each rank and each worker its own shards. Called on a DataPipe, a marker
-    returns ``source.sharding_filter()``.
+    returns ``source.sharding_filter()``. Where the source is split already (``ResampledShards``
+    ends in a sharding filter), the marker changes nothing: two filters on one branch would
+    make the loaders fail with "Sharding twice".
     """
 
     def __init__(self, name: str) -> None:
@@ -201,10 +217,19 @@ class ShardSplit:
             raise TypeError(
                 f"{self.name} splits an IterDataPipe of shard URLs; got {type(source).__name__}"
             )
+        if is_split(source):
+            return source
         return ShardingFilterIterDataPipe(source)
 
     def __repr__(self) -> str:
         return self.name
+
+
+def is_split(datapipe: IterDataPipe[Any]) -> bool:
+    """Whether ``datapipe`` is, or reads from, a core sharding filter."""
+    return isinstance(datapipe, ShardingFilterIterDataPipe) or (
+        sharding_filter_of(datapipe) is not None
+    )
 
 
 split_by_node = ShardSplit("split_by_node")

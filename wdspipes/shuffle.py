@@ -88,6 +88,9 @@ class BufferShuffler(StageDataPipe[T]):
         while buffer:
             yield _take(buffer, rng)
 
+    def __len__(self) -> int:
+        return len(self.source_datapipe)  # a TypeError where the source has no length
+
 
 _END: object = object()
 

@@ -11,6 +11,7 @@ from torch.utils.data import IterDataPipe
 
 from wdspipes.curried import Stage, stage_factory
 from wdspipes.datapipe import StageDataPipe, functional_stage
+from wdspipes.distributed import check_split, warn_idle_reader
 from wdspipes.errors import Handler, ShardOpenError, handle, reraise_exception
 from wdspipes.io.local import open_file, open_stdin
 from wdspipes.io.pipe import open_pipe
@@ -97,6 +98,10 @@ class ShardOpener(StageDataPipe[ShardStream]):
     At most one stream is open at a time: the one yielded last is closed when the next is
     requested, and when iteration ends or is abandoned. Readers downstream may close it sooner.
 
+    As each epoch begins it checks how the sharding filter upstream splits the shards among
+    ranks and workers (see :func:`wdspipes.distributed.check_split`): a rank left without a
+    shard is an error, an uneven split a warning.
+
     Args:
         source_datapipe: yields shard URLs.
         handler: what to do when a shard cannot be opened (see :mod:`wdspipes.errors`).
@@ -106,6 +111,7 @@ class ShardOpener(StageDataPipe[ShardStream]):
 
     Raises:
         ShardOpenError: through ``handler``, for a shard that cannot be opened.
+        ShardSplitError: some rank gets no shard.
 
     >>> from wdspipes.shards import ShardList
     >>> [(url, stream.read()) for url, stream in ShardList(["pipe:printf hello"]).open_shards()]
@@ -120,7 +126,10 @@ class ShardOpener(StageDataPipe[ShardStream]):
         self.handler = handler
 
     def __iter__(self) -> Iterator[ShardStream]:
+        expected = check_split(self)
+        received = 0
         for url in self.source_datapipe:
+            received += 1
             try:
                 stream = open_url(url)
             except ShardOpenError as exn:
@@ -131,6 +140,8 @@ class ShardOpener(StageDataPipe[ShardStream]):
                 yield ShardStream(url, stream)
             finally:
                 close_quietly(stream)
+        if expected is None and not received:
+            warn_idle_reader(self)
 
 
 @stage_factory
