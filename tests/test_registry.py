@@ -46,6 +46,11 @@ def samples(urls: list[str]) -> IterDataPipe[Any]:
     return wds.ShardList(urls).open_shards().load_tar().group_samples()
 
 
+def streams(urls: list[str], suffix: str) -> wds.ShardList:
+    """The stream shards the fixture writes next to each tar shard, with the same samples."""
+    return wds.ShardList([url.removesuffix(".tar") + suffix for url in urls])
+
+
 def tuples(urls: list[str]) -> IterDataPipe[Any]:
     return samples(urls).decode().to_tuple("cls", "txt")
 
@@ -66,6 +71,8 @@ EXAMPLES: dict[str, Callable[[list[str]], IterDataPipe[Any]]] = {
     "open_shards": lambda urls: wds.ShardList(urls).open_shards(),
     "load_tar": lambda urls: wds.ShardList(urls).open_shards().load_tar(),
     "group_samples": samples,
+    "load_cbor": lambda urls: streams(urls, ".cbor").open_shards().load_cbor(),
+    "load_msgpack": lambda urls: streams(urls, ".msgpack").open_shards().load_msgpack(),
     "decode": lambda urls: samples(urls).decode(),
     "buffer_shuffle": lambda urls: samples(urls).buffer_shuffle(5),
     "to_tuple": tuples,
@@ -85,7 +92,7 @@ EXAMPLES: dict[str, Callable[[list[str]], IterDataPipe[Any]]] = {
 
 @pytest.fixture(scope="module")
 def urls(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    """4 shards of 3 samples with a decodable class and text."""
+    """4 shards of 3 samples with a decodable class and text; also as CBOR and msgpack."""
     directory = tmp_path_factory.mktemp("registry")
     paths = []
     for shard in range(4):
@@ -99,6 +106,11 @@ def urls(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
         path = directory / f"shard-{shard}.tar"
         path.write_bytes(make_tar(members))
         paths.append(str(path))
+        for writer_class in (wds.CborWriter, wds.MsgpackWriter):
+            suffix = ".cbor" if writer_class is wds.CborWriter else ".msgpack"
+            with writer_class(path.with_suffix(suffix)) as writer:
+                for sample in wds.ShardList([str(path)]).open_shards().load_tar().group_samples():
+                    writer.write(sample)
     return paths
 
 

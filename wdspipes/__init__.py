@@ -1,10 +1,10 @@
 """wdspipes: train PyTorch models on WebDataset shards through registered DataPipes.
 
 Importing the package registers its functional stages on ``IterDataPipe``: ``list_shards``,
-``resample_shards``, ``open_shards``, ``load_tar``, ``group_samples``, ``decode``,
-``buffer_shuffle``, ``to_tuple``, ``map_tuple``, ``map_dict``, ``rename``, ``select``,
-``map_samples``, ``islice``, ``batched``, ``unbatched``, ``with_epoch``, ``with_length`` and
-``repeat_epochs``.
+``resample_shards``, ``open_shards``, ``load_tar``, ``group_samples``, ``load_cbor``,
+``load_msgpack``, ``decode``, ``buffer_shuffle``, ``to_tuple``, ``map_tuple``, ``map_dict``,
+``rename``, ``select``, ``map_samples``, ``islice``, ``batched``, ``unbatched``, ``with_epoch``,
+``with_length`` and ``repeat_epochs``.
 """
 
 from wdspipes.batch import Batcher, Unbatcher, batched, collate, unbatched
@@ -32,10 +32,12 @@ from wdspipes.errors import (
     DataWarning,
     DecodeError,
     DuplicateFieldError,
+    EncodeError,
     MissingFieldError,
     SampleError,
     ShardError,
     ShardOpenError,
+    StreamFormatError,
     TarFormatError,
     TruncatedShardError,
     WdsError,
@@ -76,6 +78,14 @@ from wdspipes.shards import (
     split_by_worker,
 )
 from wdspipes.shuffle import BufferShuffler, shuffle
+from wdspipes.streams import (
+    CborLoader,
+    CborWriter,
+    MsgpackLoader,
+    MsgpackWriter,
+    cbors_to_samples,
+    msgpack_to_samples,
+)
 from wdspipes.tar import TarLoader, TarMember, iter_tar, tar_file_expander
 
 __version__ = "0.1.0.dev0"
@@ -85,6 +95,8 @@ fix_dataloader2()  # if torchdata's DataLoader2 was imported first (see wdspipes
 __all__ = [
     "Batcher",
     "BufferShuffler",
+    "CborLoader",
+    "CborWriter",
     "CollationError",
     "CommandError",
     "Continue",
@@ -92,6 +104,7 @@ __all__ = [
     "DataWarning",
     "DecodeError",
     "DuplicateFieldError",
+    "EncodeError",
     "EpochLimiter",
     "EpochRepeater",
     "FieldMapper",
@@ -100,6 +113,8 @@ __all__ = [
     "IteratorStage",
     "LengthSetter",
     "MissingFieldError",
+    "MsgpackLoader",
+    "MsgpackWriter",
     "Renamer",
     "ResampledShards",
     "SampleDecoder",
@@ -117,6 +132,7 @@ __all__ = [
     "ShardStream",
     "SimpleShardList",
     "Stage",
+    "StreamFormatError",
     "TarFormatError",
     "TarLoader",
     "TarMember",
@@ -128,6 +144,7 @@ __all__ = [
     "WdsError",
     "WebDataset",
     "batched",
+    "cbors_to_samples",
     "collate",
     "decode",
     "expand_urls",
@@ -141,6 +158,7 @@ __all__ = [
     "map",
     "map_dict",
     "map_tuple",
+    "msgpack_to_samples",
     "open_url",
     "rename",
     "repeat",

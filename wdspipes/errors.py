@@ -25,11 +25,13 @@ __all__ = [
     "DataWarning",
     "DecodeError",
     "DuplicateFieldError",
+    "EncodeError",
     "Handler",
     "MissingFieldError",
     "SampleError",
     "ShardError",
     "ShardOpenError",
+    "StreamFormatError",
     "TarFormatError",
     "TruncatedShardError",
     "WdsError",
@@ -112,6 +114,10 @@ class TruncatedShardError(TarFormatError):
     """A shard ends early: in a header, in a member, or with no end-of-archive marker."""
 
 
+class StreamFormatError(ShardError):
+    """A CBOR or msgpack stream shard holds a truncated item or bytes that are no item."""
+
+
 class SampleError(WdsError):
     """A sample is malformed."""
 
@@ -130,6 +136,11 @@ class MissingFieldError(SampleError):
 
 class CollationError(SampleError):
     """The values of a field cannot be put into one batch (unequal shapes or types)."""
+
+
+class EncodeError(SampleError):
+    """A sample cannot be written: no key, a key that would read back differently, or a value
+    with no encoder for its field's extension; the encoder's own error is the ``__cause__``."""
 
 
 def sample_location(sample: object) -> dict[str, Any]:

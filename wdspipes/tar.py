@@ -46,7 +46,7 @@ from wdspipes.errors import (
     reraise_exception,
 )
 from wdspipes.io.local import BUFFER_SIZE
-from wdspipes.io.opener import ByteStream, ShardStream, close_quietly
+from wdspipes.io.opener import ByteStream, ShardStream, close_quietly, shard_failure
 
 __all__ = ["TarLoader", "TarMember", "iter_tar", "iter_tar_tuples", "tar_file_expander"]
 
@@ -564,29 +564,11 @@ class TarLoader(StageDataPipe[TarMember]):
                 yield from _TarWalk(stream, url).members()
                 stream.close()
             except Exception as exn:
-                error = _shard_failure(exn, url, stream)
+                error = shard_failure(exn, url, stream)
                 if not handle(self.handler, error):
                     return
             finally:
                 close_quietly(stream)
-
-
-def _shard_failure(exn: Exception, url: str, stream: ByteStream) -> Exception:
-    """The error to report for a failed shard: the source's own failure (a command's exit
-    status) if closing the stream reveals one, else ``exn`` as a located error."""
-    try:
-        stream.close()
-    except WdsError as closing_error:
-        if closing_error is not exn:
-            closing_error.__cause__ = exn
-        return closing_error
-    except Exception:
-        pass
-    if isinstance(exn, WdsError):
-        return exn
-    error = ShardError(f"reading failed: {exn}", url=url)
-    error.__cause__ = exn
-    return error
 
 
 @stage_factory

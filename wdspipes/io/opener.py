@@ -12,11 +12,27 @@ from torch.utils.data import IterDataPipe
 from wdspipes.curried import Stage, stage_factory
 from wdspipes.datapipe import StageDataPipe, functional_stage
 from wdspipes.distributed import check_split, warn_idle_reader
-from wdspipes.errors import Handler, ShardOpenError, handle, reraise_exception
+from wdspipes.errors import (
+    Handler,
+    ShardError,
+    ShardOpenError,
+    WdsError,
+    handle,
+    reraise_exception,
+)
 from wdspipes.io.local import open_file, open_stdin
 from wdspipes.io.pipe import open_pipe
 
-__all__ = ["SCHEMES", "ByteStream", "ShardOpener", "ShardStream", "open_url", "url_opener"]
+__all__ = [
+    "SCHEMES",
+    "ByteStream",
+    "ShardOpener",
+    "ShardStream",
+    "close_quietly",
+    "open_url",
+    "shard_failure",
+    "url_opener",
+]
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +105,24 @@ def close_quietly(stream: ByteStream) -> None:
         stream.close()
     except Exception:
         log.debug("closing an abandoned shard stream failed", exc_info=True)
+
+
+def shard_failure(exn: Exception, url: str, stream: ByteStream) -> Exception:
+    """The error to report for a failed shard: the source's own failure (a command's exit
+    status) if closing the stream reveals one, else ``exn`` as a located error."""
+    try:
+        stream.close()
+    except WdsError as closing_error:
+        if closing_error is not exn:
+            closing_error.__cause__ = exn
+        return closing_error
+    except Exception:
+        pass
+    if isinstance(exn, WdsError):
+        return exn
+    error = ShardError(f"reading failed: {exn}", url=url)
+    error.__cause__ = exn
+    return error
 
 
 @functional_stage("open_shards")

@@ -1,0 +1,189 @@
+"""Stream shards (FORMAT.md section 9): files of concatenated CBOR or msgpack items.
+
+Round trips through CborWriter / MsgpackWriter and the loaders, over several shards and every
+local URL form; damaged shards (a truncated last item at every cut, garbage, an item that is
+not a map) as errors naming the URL and the item's byte offset; handlers that skip the rest
+of a damaged shard and read on; the writers' own errors."""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import cbor2
+import msgpack
+import numpy as np
+import pytest
+from PIL import Image
+from torch.utils.data import DataLoader
+
+import wdspipes as wds
+
+KINDS = {
+    "cbor": (wds.CborWriter, wds.cbors_to_samples, "load_cbor", cbor2.dumps),
+    "msgpack": (wds.MsgpackWriter, wds.msgpack_to_samples, "load_msgpack", msgpack.packb),
+}
+
+
+def png(value: int) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(np.full((4, 5, 3), value, np.uint8)).save(buffer, format="png")
+    return buffer.getvalue()
+
+
+def make_samples(shard: int, count: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "__key__": f"{shard:02d}-{index:03d}",
+            "png": png(index),
+            "cls": index % 3,
+            "txt": f"sample {index}",
+            "json": {"a": [1, 2.5, None], "b": "x"},
+        }
+        for index in range(count)
+    ]
+
+
+def write(kind: str, path: Path, samples: list[dict[str, Any]]) -> str:
+    writer_class = KINDS[kind][0]
+    with writer_class(path) as writer:
+        for sample in samples:
+            writer.write({**sample, "__url__": "dropped"})
+        assert writer.count == len(samples)
+    return str(path)
+
+
+def without_url(sample: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in sample.items() if k != "__url__"}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_round_trip_over_shards_and_url_forms(kind: str, tmp_path: Path) -> None:
+    shards = [make_samples(shard, 4 + shard) for shard in range(3)]
+    paths = [write(kind, tmp_path / f"s{i}.{kind}", s) for i, s in enumerate(shards)]
+    urls = [paths[0], f"file:{paths[1]}", f"pipe:cat {paths[2]}"]
+    factory, name = KINDS[kind][1], KINDS[kind][2]
+    for pipe in (
+        wds.DataPipeline(urls, factory()),
+        getattr(wds.ShardList(urls).open_shards(), name)(),
+    ):
+        read = list(pipe)
+        assert [without_url(s) for s in read] == [s for shard in shards for s in shard]
+        assert [s["__url__"] for s in read] == [
+            u for u, s in zip(urls, shards, strict=True) for _ in s
+        ]
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_samples_decode_with_partial(kind: str, tmp_path: Path) -> None:
+    path = write(kind, tmp_path / f"a.{kind}", make_samples(0, 2))
+    (first, second) = wds.DataPipeline([path], KINDS[kind][1](), wds.decode("rgb8", partial=True))
+    assert first["png"].shape == (4, 5, 3) and int(second["png"][0, 0, 0]) == 1
+    assert second["cls"] == 1 and second["txt"] == "sample 1"
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_items_without_a_key_are_numbered(kind: str, tmp_path: Path) -> None:
+    encode = KINDS[kind][3]
+    path = tmp_path / f"a.{kind}"
+    path.write_bytes(b"".join(encode({"cls": i}) for i in range(3)))
+    read = list(wds.DataPipeline([str(path)], KINDS[kind][1]()))
+    assert [s["__key__"] for s in read] == ["000000", "000001", "000002"]
+
+
+def item_offsets(kind: str, items: list[dict[str, Any]]) -> tuple[bytes, list[int]]:
+    encode = KINDS[kind][3]
+    chunks = [encode(item) for item in items]
+    offsets = [sum(len(c) for c in chunks[:i]) for i in range(len(chunks))]
+    return b"".join(chunks), offsets
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_truncated_item_is_an_error_at_its_offset_for_every_cut(
+    kind: str, tmp_path: Path
+) -> None:
+    items = [{"__key__": f"k{i}", "bin": bytes(range(i * 7 % 256)) * 3} for i in range(4)]
+    data, offsets = item_offsets(kind, items)
+    path = tmp_path / f"cut.{kind}"
+    for cut in range(1, len(data)):
+        path.write_bytes(data[:cut])
+        whole = sum(1 for offset in [*offsets[1:], len(data)] if offset <= cut)
+        pipe = wds.DataPipeline([str(path)], KINDS[kind][1]())
+        if cut in [*offsets, len(data)]:
+            assert len(list(pipe)) == whole
+            continue
+        read: list[Any] = []
+        with pytest.raises(wds.StreamFormatError) as caught:
+            read.extend(pipe)
+        assert len(read) == whole
+        assert caught.value.url == str(path) and caught.value.offset == offsets[whole]
+        assert f"at byte {offsets[whole]}: the stream ends inside a" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("kind", "garbage", "problem"),
+    [
+        ("msgpack", b"\xc1", "not a msgpack item (FormatError)"),
+        ("cbor", b"\xff", "not a CBOR item (CBORDecodeError: break code"),
+        ("msgpack", msgpack.packb([1, 2]), "a msgpack item must be a map (a sample), got list"),
+        ("cbor", cbor2.dumps("text"), "a CBOR item must be a map (a sample), got str"),
+    ],
+)
+def test_garbage_is_an_error_and_a_handler_skips_the_rest_of_the_shard(
+    kind: str, garbage: bytes, problem: str, tmp_path: Path
+) -> None:
+    good, _ = item_offsets(kind, [{"__key__": "a"}, {"__key__": "b"}])
+    bad = tmp_path / f"bad.{kind}"
+    bad.write_bytes(good + garbage + good)
+    after = write(kind, tmp_path / f"after.{kind}", [{"__key__": "c"}])
+    urls = [str(bad), after]
+    with pytest.raises(wds.StreamFormatError, match=re.escape(f"at byte {len(good)}: {problem}")):
+        list(wds.DataPipeline(urls, KINDS[kind][1]()))
+    with pytest.warns(wds.DataWarning, match=problem.split(" (")[0]):
+        read = list(wds.DataPipeline(urls, KINDS[kind][1](handler=wds.warn_and_continue)))
+    assert [s["__key__"] for s in read] == ["a", "b", "c"]
+    stopped = wds.DataPipeline(urls, KINDS[kind][1](handler=wds.ignore_and_stop))
+    assert [s["__key__"] for s in stopped] == ["a", "b"]
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_failing_pipe_command_is_reported_with_its_status(kind: str, tmp_path: Path) -> None:
+    path = write(kind, tmp_path / f"a.{kind}", make_samples(0, 2))
+    with pytest.raises(wds.CommandError, match="command exited with status 3"):
+        list(wds.DataPipeline([f"pipe:cat {path}; exit 3"], KINDS[kind][1]()))
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_writers_name_the_sample_they_cannot_encode(kind: str, tmp_path: Path) -> None:
+    with KINDS[kind][0](tmp_path / f"a.{kind}") as writer:
+        with pytest.raises(wds.EncodeError, match="key 'k1': cannot encode the sample as"):
+            writer.write({"__key__": "k1", "obj": object()})
+        writer.write({"__key__": "k2"})
+    with pytest.raises(ValueError, match="closed"):
+        writer.write({"__key__": "k3"})
+    assert [
+        s["__key__"] for s in wds.DataPipeline([str(tmp_path / f"a.{kind}")], KINDS[kind][1]())
+    ] == ["k2"]
+
+
+def test_a_writer_on_a_stream_leaves_it_open() -> None:
+    buffer = io.BytesIO()
+    with wds.MsgpackWriter(buffer) as writer:
+        writer.write({"__key__": "a", "cls": 1})
+    assert not buffer.closed
+    assert msgpack.unpackb(buffer.getvalue()) == {"__key__": "a", "cls": 1}
+
+
+@pytest.mark.loaders
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_workers_read_every_stream_sample_once(kind: str, tmp_path: Path) -> None:
+    paths = [write(kind, tmp_path / f"s{i}.{kind}", make_samples(i, 5)) for i in range(4)]
+    pipe: Callable[[], Any] = lambda: wds.DataPipeline(  # noqa: E731
+        wds.ShardList(paths), wds.split_by_worker, KINDS[kind][1](), wds.to_tuple("__key__")
+    )
+    loader = DataLoader(pipe(), batch_size=None, num_workers=2, multiprocessing_context="fork")
+    keys = sorted(key for (key,) in loader)
+    assert keys == sorted(f"{i:02d}-{j:03d}" for i in range(4) for j in range(5))

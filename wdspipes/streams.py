@@ -1,0 +1,312 @@
+"""Stream shards: files of concatenated CBOR or msgpack items, each item one sample.
+
+A stream shard has no tar framing: item follows item to the end of the file. Each item must be
+a map (a sample dict). The loaders add ``__url__`` (the shard) and, where the item has none,
+``__key__`` (the item's number in its shard, ``"000000"``, ``"000001"``, ...). Values keep the
+types the encoding gives them: bytes stay bytes for ``decode`` to decode by extension, numbers
+and strings arrive decoded already (``decode(..., partial=True)`` lets them through).
+
+A truncated last item, bytes that are no item, or an item that is not a map is a
+:class:`~wdspipes.errors.StreamFormatError` naming the URL and the item's byte offset. Items
+have no framing to resynchronise on, so a handler that continues skips the rest of that shard
+and goes on with the next.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any, BinaryIO, Protocol
+
+import cbor2
+import msgpack
+from torch.utils.data import IterDataPipe
+
+from wdspipes.curried import Stage, stage_factory
+from wdspipes.datapipe import Sample, StageDataPipe, functional_stage
+from wdspipes.errors import EncodeError, Handler, StreamFormatError, handle, reraise_exception
+from wdspipes.io.opener import ByteStream, ShardOpener, ShardStream, close_quietly, shard_failure
+
+__all__ = [
+    "CborLoader",
+    "CborWriter",
+    "MsgpackLoader",
+    "MsgpackWriter",
+    "cbors_to_samples",
+    "msgpack_to_samples",
+]
+
+CHUNK_SIZE = 1 << 16
+
+
+class _Decoder(Protocol):
+    def __call__(self, url: str, stream: ByteStream) -> Iterator[tuple[int, Any]]: ...
+
+
+def _cbor_items(url: str, stream: ByteStream) -> Iterator[tuple[int, Any]]:
+    """``(offset, item)`` for each CBOR item of the stream."""
+    reader = io.BufferedReader(_CountingReader(stream), CHUNK_SIZE)
+    decoder = cbor2.CBORDecoder(reader)
+    while True:
+        offset = reader.tell()
+        if not reader.peek(1):
+            return
+        try:
+            item = decoder.decode()
+        except cbor2.CBORDecodeEOF as exn:
+            raise StreamFormatError(
+                "the stream ends inside a CBOR item (a truncated shard?)", url=url, offset=offset
+            ) from exn
+        except (cbor2.CBORDecodeError, ValueError) as exn:
+            raise StreamFormatError(
+                f"not a CBOR item ({_describe(exn)})", url=url, offset=offset
+            ) from exn
+        yield offset, item
+
+
+def _msgpack_items(url: str, stream: ByteStream) -> Iterator[tuple[int, Any]]:
+    """``(offset, item)`` for each msgpack item of the stream."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=0)
+    received = offset = 0  # ``offset``: where the next item begins (tell() counts partial ones)
+    while chunk := stream.read(CHUNK_SIZE):
+        unpacker.feed(chunk)
+        received += len(chunk)
+        while True:
+            try:
+                item = unpacker.unpack()
+            except msgpack.OutOfData:
+                break
+            except (ValueError, msgpack.exceptions.ExtraData, msgpack.StackError) as exn:
+                raise StreamFormatError(
+                    f"not a msgpack item ({_describe(exn)})", url=url, offset=offset
+                ) from exn
+            yield offset, item
+            offset = unpacker.tell()
+    if offset != received:
+        raise StreamFormatError(
+            "the stream ends inside a msgpack item (a truncated shard?)", url=url, offset=offset
+        )
+
+
+def _describe(exn: Exception) -> str:
+    return f"{type(exn).__name__}: {exn}" if str(exn) else type(exn).__name__
+
+
+class _CountingReader(io.RawIOBase):
+    """A raw reader over a shard stream that knows its position, for offsets in errors."""
+
+    def __init__(self, stream: ByteStream) -> None:
+        self.stream = stream
+        self.position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.stream.read(len(buffer))
+        buffer[: len(data)] = data
+        self.position += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.position
+
+
+class _StreamLoader(StageDataPipe[Sample]):
+    """Samples from opened stream shards, one per item; see the module docstring."""
+
+    kind = ""
+    items: _Decoder
+
+    def __init__(
+        self, source_datapipe: IterDataPipe[ShardStream], handler: Handler = reraise_exception
+    ) -> None:
+        super().__init__()
+        self.source_datapipe = source_datapipe
+        self.handler = handler
+
+    def __iter__(self) -> Iterator[Sample]:
+        for url, stream in self.source_datapipe:
+            try:
+                for index, (offset, item) in enumerate(type(self).items(url, stream)):
+                    yield _sample(item, url, index, offset, self.kind)
+                stream.close()  # a pipe: command's failure is raised here
+            except Exception as exn:
+                if not handle(self.handler, shard_failure(exn, url, stream)):
+                    return
+            finally:
+                close_quietly(stream)
+
+
+def _sample(item: Any, url: str, index: int, offset: int, kind: str) -> Sample:
+    if not isinstance(item, dict):
+        raise StreamFormatError(
+            f"a {kind} item must be a map (a sample), got {type(item).__name__}",
+            url=url,
+            offset=offset,
+        )
+    item.setdefault("__key__", f"{index:06d}")
+    item["__url__"] = url
+    return item
+
+
+@functional_stage("load_cbor")
+class CborLoader(_StreamLoader):
+    """Samples from shards of concatenated CBOR items (functional name: ``load_cbor``).
+
+    Args:
+        source_datapipe: yields opened shards (``open_shards``).
+        handler: what to do with a damaged shard: continuing skips the rest of it.
+
+    Yields:
+        One sample dict per item, with ``__url__`` (and ``__key__`` if it had none).
+
+    Raises:
+        StreamFormatError: through ``handler``, naming the URL and byte offset.
+
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> data = cbor2.dumps({"__key__": "a", "cls": 0}) + cbor2.dumps({"cls": 1})
+    >>> shards = IterableWrapper([ShardStream("mem.cbor", io.BytesIO(data))], deepcopy=False)
+    >>> list(shards.load_cbor())  # doctest: +NORMALIZE_WHITESPACE
+    [{'__key__': 'a', 'cls': 0, '__url__': 'mem.cbor'},
+     {'cls': 1, '__key__': '000001', '__url__': 'mem.cbor'}]
+    """
+
+    kind = "CBOR"
+    items = staticmethod(_cbor_items)
+
+
+@functional_stage("load_msgpack")
+class MsgpackLoader(_StreamLoader):
+    """Samples from shards of concatenated msgpack items (functional name: ``load_msgpack``).
+
+    Args:
+        source_datapipe: yields opened shards (``open_shards``).
+        handler: what to do with a damaged shard: continuing skips the rest of it.
+
+    Yields:
+        One sample dict per item, with ``__url__`` (and ``__key__`` if it had none).
+
+    Raises:
+        StreamFormatError: through ``handler``, naming the URL and byte offset.
+
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> data = msgpack.packb({"__key__": "a", "cls": 0}) + b"\\xc1"  # 0xc1 is never used
+    >>> shards = IterableWrapper([ShardStream("mem.mp", io.BytesIO(data))], deepcopy=False)
+    >>> list(shards.load_msgpack())
+    Traceback (most recent call last):
+    ...
+    wdspipes.errors.StreamFormatError: mem.mp, at byte 16: not a msgpack item (FormatError)...
+    """
+
+    kind = "msgpack"
+    items = staticmethod(_msgpack_items)
+
+
+def _cbors_to_samples(source: IterDataPipe[str], handler: Handler) -> CborLoader:
+    return CborLoader(ShardOpener(source, handler=handler), handler=handler)
+
+
+def _msgpack_to_samples(source: IterDataPipe[str], handler: Handler) -> MsgpackLoader:
+    return MsgpackLoader(ShardOpener(source, handler=handler), handler=handler)
+
+
+@stage_factory
+def cbors_to_samples(handler: Handler = reraise_exception) -> Stage:
+    """Shard URLs to samples from CBOR streams: ``open_shards().load_cbor()``, one handler."""
+    return Stage(_cbors_to_samples, handler=handler)
+
+
+@stage_factory
+def msgpack_to_samples(handler: Handler = reraise_exception) -> Stage:
+    """Shard URLs to samples from msgpack streams: ``open_shards().load_msgpack()``."""
+    return Stage(_msgpack_to_samples, handler=handler)
+
+
+class _StreamWriter:
+    """Append samples to a stream shard, one item each; see :class:`CborWriter`."""
+
+    kind = ""
+
+    def __init__(self, target: str | os.PathLike[str] | BinaryIO) -> None:
+        if isinstance(target, str | os.PathLike):
+            self.stream: BinaryIO = open(target, "wb")  # noqa: SIM115  # closed by close()
+            self.owned = True
+        else:
+            self.stream = target
+            self.owned = False
+        self.count = 0
+        self.closed = False
+
+    def encode(self, item: dict[str, Any]) -> bytes:
+        raise NotImplementedError
+
+    def write(self, sample: Mapping[str, Any]) -> int:
+        """Append one sample; ``__`` entries other than ``__key__`` are left out. Returns the
+        bytes written.
+
+        Raises:
+            EncodeError: a value the encoding cannot represent, naming key and field.
+        """
+        if self.closed:
+            raise ValueError(f"write to a closed {type(self).__name__}")
+        item = {k: v for k, v in sample.items() if k == "__key__" or not k.startswith("__")}
+        try:
+            data = self.encode(item)
+        except (TypeError, ValueError, cbor2.CBOREncodeError) as exn:
+            key = sample.get("__key__")
+            raise EncodeError(
+                f"cannot encode the sample as {self.kind}: {exn}",
+                key=key if isinstance(key, str) else None,
+            ) from exn
+        self.stream.write(data)
+        self.count += 1
+        return len(data)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.stream.flush()
+        if self.owned:
+            self.stream.close()
+
+    def __enter__(self) -> _StreamWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class CborWriter(_StreamWriter):
+    """Write samples as concatenated CBOR items, readable by ``load_cbor``.
+
+    Args:
+        target: a path (created or truncated; closed by ``close()``) or a binary stream.
+
+    >>> buffer = io.BytesIO()
+    >>> with CborWriter(buffer) as writer:
+    ...     writer.write({"__key__": "a", "txt": "hello", "__url__": "x"})
+    21
+    >>> cbor2.loads(buffer.getvalue())
+    {'__key__': 'a', 'txt': 'hello'}
+    """
+
+    kind = "CBOR"
+
+    def encode(self, item: dict[str, Any]) -> bytes:
+        return cbor2.dumps(item)
+
+
+class MsgpackWriter(_StreamWriter):
+    """Write samples as concatenated msgpack items, readable by ``load_msgpack``.
+
+    Args:
+        target: a path (created or truncated; closed by ``close()``) or a binary stream.
+    """
+
+    kind = "msgpack"
+
+    def encode(self, item: dict[str, Any]) -> bytes:
+        return msgpack.packb(item, use_bin_type=True)  # type: ignore[no-any-return]
