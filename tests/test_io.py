@@ -47,10 +47,14 @@ def test_local_path_and_file_urls(tmp_path: Path) -> None:
 
 def test_missing_file_names_the_path(tmp_path: Path) -> None:
     missing = tmp_path / "nope.tar"
-    with pytest.raises(wds.ShardOpenError, match=f"no such file: {missing}") as caught:
+    with pytest.raises(wds.ShardOpenError) as caught:
         open_url(str(missing))
+    assert str(caught.value) == f"{missing}: no such file"
     assert caught.value.url == str(missing)
     assert isinstance(caught.value.__cause__, FileNotFoundError)
+    with pytest.raises(wds.ShardOpenError) as caught:
+        open_url(f"file://{missing}")
+    assert str(caught.value) == f"file://{missing}: no such file ({missing})"
 
 
 def test_directory_is_not_a_shard(tmp_path: Path) -> None:

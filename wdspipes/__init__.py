@@ -87,6 +87,7 @@ from wdspipes.streams import (
     msgpack_to_samples,
 )
 from wdspipes.tar import TarLoader, TarMember, iter_tar, tar_file_expander
+from wdspipes.writers import SampleEncoder, ShardWriter, TarWriter, encode_value
 
 __version__ = "0.1.0.dev0"
 
@@ -118,6 +119,7 @@ __all__ = [
     "Renamer",
     "ResampledShards",
     "SampleDecoder",
+    "SampleEncoder",
     "SampleError",
     "SampleGrouper",
     "SampleMapper",
@@ -130,12 +132,14 @@ __all__ = [
     "ShardResampler",
     "ShardSplitError",
     "ShardStream",
+    "ShardWriter",
     "SimpleShardList",
     "Stage",
     "StreamFormatError",
     "TarFormatError",
     "TarLoader",
     "TarMember",
+    "TarWriter",
     "TruncatedShardError",
     "TupleMaker",
     "TupleMapper",
@@ -147,6 +151,7 @@ __all__ = [
     "cbors_to_samples",
     "collate",
     "decode",
+    "encode_value",
     "expand_urls",
     "fix_dataloader2",
     "full_sync",

@@ -28,14 +28,15 @@ def open_file(url: str) -> BinaryIO:
         ShardOpenError: the file is missing, a directory, or unreadable.
     """
     path = url2pathname(urlparse(url).path) if url.startswith("file:") else url
+    shown = "" if path == url else f" ({path})"  # the error names the URL already
     try:
         return open(path, "rb", buffering=BUFFER_SIZE)
     except FileNotFoundError as exn:
-        raise ShardOpenError(f"no such file: {path}", url=url) from exn
+        raise ShardOpenError(f"no such file{shown}", url=url) from exn
     except IsADirectoryError as exn:
-        raise ShardOpenError(f"is a directory, not a shard: {path}", url=url) from exn
+        raise ShardOpenError(f"is a directory, not a shard{shown}", url=url) from exn
     except OSError as exn:
-        raise ShardOpenError(f"cannot open {path}: {exn.strerror or exn}", url=url) from exn
+        raise ShardOpenError(f"cannot open{shown}: {exn.strerror or exn}", url=url) from exn
 
 
 class _Stdin:

@@ -1,0 +1,294 @@
+"""What every ``wdspipes`` command shares: messages, progress bars, reading shards, sizes,
+compression names and outputs that appear whole or not at all.
+
+Commands report bad input by raising :class:`click.ClickException`, a
+:class:`~wdspipes.errors.WdsError`, ``OSError`` or ``ValueError``; ``wdspipes.cli.main`` turns
+each into one line on stderr (see :func:`error_line`) and exit status 1.
+
+>>> parse_size("500M"), parse_size("1.5GB"), format_size(1536)
+(524288000, 1500000000, '1.5 KiB')
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Generator, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any, TypeVar
+
+import click
+from tqdm import tqdm
+
+from wdspipes.datapipe import Sample
+from wdspipes.grouping import SampleGrouper
+from wdspipes.io.opener import ShardOpener
+from wdspipes.shards import ShardList, expand_urls
+from wdspipes.tar import TarLoader
+from wdspipes.writers import TarWriter
+
+__all__ = [
+    "COMPRESSIONS",
+    "PROG",
+    "SIZE",
+    "SizeType",
+    "Stopwatch",
+    "atomic_output",
+    "counted",
+    "error_line",
+    "expand_shards",
+    "format_size",
+    "one_line",
+    "output_compression",
+    "parse_size",
+    "progress",
+    "read_samples",
+    "shard_writer",
+    "summarize",
+    "warn",
+]
+
+PROG = "wdspipes"
+T = TypeVar("T")
+
+COMPRESSIONS = ("gz", "bz2", "xz", "zst")
+"""Values of ``--compress``: whole-shard gzip, bzip2, xz or zstd."""
+
+_COMPRESSION_SUFFIXES = {
+    ".gz": "gz",
+    ".tgz": "gz",
+    ".bz2": "bz2",
+    ".tbz2": "bz2",
+    ".xz": "xz",
+    ".txz": "xz",
+    ".zst": "zst",
+    ".tzst": "zst",
+}
+
+
+_TORCH_NOTE = "This exception is thrown by __iter__ of "
+"""The line torch appends to the message of any error raised while a DataPipe iterates."""
+
+
+def one_line(message: object) -> str:
+    """``message`` as a single line: line breaks become spaces, and the note that torch adds to
+    errors raised inside DataPipes (naming the DataPipe, not the data) is left out.
+
+    >>> one_line("a.tar: bad\\nThis exception is thrown by __iter__ of TarLoader(...)")
+    'a.tar: bad'
+    >>> one_line("first\\n  second")
+    'first second'
+    """
+    lines = (line.strip() for line in str(message).splitlines())
+    return " ".join(line for line in lines if line and not line.startswith(_TORCH_NOTE))
+
+
+def counted(number: int, noun: str) -> str:
+    """``number`` with thousands separators and ``noun``, plural unless it is 1.
+
+    >>> counted(1, "shard"), counted(12345, "sample")
+    ('1 shard', '12,345 samples')
+    """
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
+def error_line(message: object) -> str:
+    """The line that reports a failure: ``wdspipes: error: <message>``.
+
+    >>> error_line("a.tar: no such file")
+    'wdspipes: error: a.tar: no such file'
+    """
+    return f"{PROG}: error: {one_line(message)}"
+
+
+def warn(message: object) -> None:
+    """Write ``wdspipes: warning: <message>`` on stderr (above any progress bar)."""
+    tqdm.write(f"{PROG}: warning: {one_line(message)}", file=sys.stderr)
+
+
+def summarize(text: str, err: bool = False) -> None:
+    """Write a command's closing summary, one paragraph wrapped to 100 columns, on stdout (on
+    stderr where stdout carries the output)."""
+    click.echo(textwrap.fill(one_line(text), width=100), err=err)
+
+
+def progress(
+    iterable: Iterable[T] | None = None,
+    *,
+    total: int | None = None,
+    unit: str = "it",
+    desc: str | None = None,
+) -> Any:
+    """A tqdm bar on stderr that shows only when stderr is a terminal and vanishes when done.
+
+    Use it as a context manager (or iterate it to the end) so that an error closes it before
+    the error line is written.
+    """
+    return tqdm(
+        iterable,
+        total=total,
+        unit=unit,
+        desc=desc,
+        file=sys.stderr,
+        disable=None,
+        leave=False,
+        dynamic_ncols=True,
+    )
+
+
+def expand_shards(specs: Sequence[str]) -> list[str]:
+    """The URLs of shard arguments, each expanded like any wdspipes shard spec (braces, ``::``).
+
+    >>> expand_shards(["a-{0..1}.tar", "b.tar::c.tar"])
+    ['a-0.tar', 'a-1.tar', 'b.tar', 'c.tar']
+    """
+    return [url for spec in specs for url in expand_urls(spec)]
+
+
+def read_samples(urls: Sequence[str], desc: str = "reading") -> Generator[Sample, None, None]:
+    """The samples of the shards at ``urls``, in order, as the read pipeline groups them
+    (``__key__``, ``__url__`` and raw ``bytes`` fields), counted by a progress bar.
+
+    Raises:
+        WdsError: a shard cannot be opened or read, or a sample has a duplicate field.
+    """
+    samples = SampleGrouper(TarLoader(ShardOpener(ShardList(list(urls)))))
+    with progress(unit=" samples", desc=desc) as bar:
+        for sample in samples:
+            bar.update()
+            yield sample
+
+
+def parse_size(text: str) -> int:
+    """A byte count written with an optional unit: ``K M G T P`` (and ``KiB``, ...) are powers
+    of 1024, ``KB MB GB TB PB`` powers of 1000; case does not matter, ``B`` may follow.
+
+    >>> [parse_size(s) for s in ("4096", "3G", "500m", "2KiB", "1kb", "0.5K")]
+    [4096, 3221225472, 524288000, 2048, 1000, 512]
+
+    Raises:
+        ValueError: the text is not a size.
+    """
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:([kmgtp])(i?b?))?\s*(b?)\s*", text, re.I)
+    if match is None:
+        raise ValueError(f"not a size: {text!r} (examples: 4096, 500M, 3G, 1.5GB)")
+    number, prefix, tail, _ = match.groups()
+    if prefix is None:
+        return int(float(number))
+    power = "kmgtp".index(prefix.lower()) + 1
+    base = 1000 if tail.lower() == "b" else 1024
+    return int(float(number) * base**power)
+
+
+class SizeType(click.ParamType[int]):
+    """A click parameter type for sizes, parsed by :func:`parse_size`."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(str(value))
+        except ValueError as exn:
+            self.fail(str(exn), param, ctx)
+
+
+SIZE = SizeType()
+
+
+def format_size(size: int) -> str:
+    """A byte count for people, in powers of 1024.
+
+    >>> [format_size(n) for n in (0, 999, 1024, 5 * 2**30 + 2**29)]
+    ['0 B', '999 B', '1.0 KiB', '5.5 GiB']
+    """
+    if size < 1024:
+        return f"{size} B"
+    units = ("KiB", "MiB", "GiB", "TiB")
+    value = size / 1024
+    index = 0
+    while value >= 1024 and index < len(units) - 1:
+        value /= 1024
+        index += 1
+    return f"{value:.1f} {units[index]}"
+
+
+def output_compression(path: str, choice: str | None) -> str | None:
+    """The compression to write ``path`` with: ``choice`` if given, else the one its suffix
+    names (``.gz``/``.tgz``, ``.bz2``, ``.xz``, ``.zst``), else none.
+
+    >>> output_compression("a.tar.gz", None), output_compression("a.tar", "xz"), \
+output_compression("-", None)
+    ('gz', 'xz', None)
+    """
+    if choice is not None:
+        return choice
+    return _COMPRESSION_SUFFIXES.get(os.path.splitext(path)[1].lower())
+
+
+@contextmanager
+def atomic_output(path: str) -> Iterator[str]:
+    """A temporary path next to ``path`` to write to; renamed to ``path`` when the block
+    succeeds, removed when it fails, so ``path`` never holds a partial file.
+
+    The file gets the permissions a new file would (the umask applies), not the private ones
+    of a temporary file.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    descriptor, temporary = tempfile.mkstemp(
+        dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".part"
+    )
+    os.close(descriptor)
+    try:
+        os.chmod(temporary, 0o666 & ~_umask())
+        yield temporary
+        os.replace(temporary, path)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def shard_writer(output: str, compress: str | None) -> Iterator[TarWriter]:
+    """A ``TarWriter(encoder=False)`` for the output argument ``output``: standard output for
+    ``-``, else a temporary file renamed to ``output`` when the block succeeds.
+
+    When the block fails, the temporary file is removed, and standard output is left without
+    the end-of-archive marker, so that whoever reads it sees that it is cut short.
+    """
+    if output == "-":
+        writer = TarWriter(sys.stdout.buffer, encoder=False, compress=compress)
+        yield writer  # not closed on failure: no end marker
+        writer.close()
+        return
+    with (
+        atomic_output(output) as temporary,
+        TarWriter(temporary, encoder=False, compress=compress) as writer,
+    ):
+        yield writer
+
+
+class Stopwatch:
+    """Seconds since it was made, for summaries.
+
+    >>> f"{Stopwatch().elapsed():.0f}"
+    '0'
+    """
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start

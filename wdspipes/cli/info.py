@@ -1,0 +1,311 @@
+"""``wdspipes info``: what the shards hold, and what is wrong with them.
+
+Each shard is read with wdspipes' own tar reader, so a damaged shard is reported with the byte
+offset of the damage; the shards after it are still read.
+
+>>> report = ShardReport("mem.tar")
+>>> for name, offset in [("0.jpg", 0), ("0.cls", 1024), ("1.jpg", 2048), ("0.txt", 3072)]:
+...     report.add_member(name, b"xy", offset)
+>>> report.samples, report.members, [p.kind for p in report.problems.values()]
+(3, 4, ['unsorted-keys'])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from wdspipes.cli.common import (
+    Stopwatch,
+    counted,
+    expand_shards,
+    format_size,
+    progress,
+    summarize,
+)
+from wdspipes.errors import WdsError
+from wdspipes.grouping import is_meta, split_name
+from wdspipes.io.opener import ByteStream, close_quietly, open_url
+from wdspipes.tar import iter_tar
+
+__all__ = ["FieldStats", "Problem", "ShardReport", "detect_compression", "info", "read_shard"]
+
+_HEAD = 10  # bytes of a shard needed to recognise its compression
+
+
+@dataclass
+class FieldStats:
+    """How many samples have a field, and the bytes of all its members."""
+
+    samples: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class Problem:
+    """A kind of problem in a shard: how often it occurs, and its first occurrence."""
+
+    kind: str
+    message: str
+    member: str | None = None
+    offset: int | None = None
+    count: int = 1
+
+
+@dataclass
+class ShardReport:
+    """What one shard holds: counts, fields, compression, problems."""
+
+    url: str
+    compression: str | None = None
+    size: int = 0
+    members: int = 0
+    samples: int = 0
+    data_bytes: int = 0
+    fields: dict[str, FieldStats] = field(default_factory=dict)
+    problems: dict[str, Problem] = field(default_factory=dict)
+    _key: str | None = None
+    _sample_fields: set[str] = field(default_factory=set)
+    _keys: set[str] = field(default_factory=set)
+
+    def add_member(self, name: str, data: bytes, offset: int) -> None:
+        """Count one member, grouped as the reader groups it."""
+        self.members += 1
+        self.data_bytes += len(data)
+        if is_meta(name):
+            return
+        parts = split_name(name)
+        if parts is None:
+            self.problem(
+                "no-field",
+                f"member {name!r} has no field after a dot: readers skip it",
+                name,
+                offset,
+            )
+            return
+        key, field_name = parts
+        if key != self._key:
+            self._start_sample(key, name, offset)
+        stats = self.fields.setdefault(field_name, FieldStats())
+        stats.bytes += len(data)
+        if field_name in self._sample_fields:
+            self.problem(
+                "duplicate-field",
+                f"field {field_name!r} occurs twice in sample {key!r}: readers raise "
+                "DuplicateFieldError",
+                name,
+                offset,
+            )
+            return
+        self._sample_fields.add(field_name)
+        stats.samples += 1
+
+    def _start_sample(self, key: str, name: str, offset: int) -> None:
+        if key in self._keys:
+            self.problem(
+                "unsorted-keys",
+                f"key {key!r} comes again after other keys: readers see its members as "
+                "separate samples (write shards sorted by key)",
+                name,
+                offset,
+            )
+        if self._key is not None:
+            self._keys.add(self._key)
+        self._key = key
+        self._sample_fields = set()
+        self.samples += 1
+
+    def problem(self, kind: str, message: str, member: str | None, offset: int | None) -> None:
+        """Record a problem; a kind seen before only counts again."""
+        if kind in self.problems:
+            self.problems[kind].count += 1
+        else:
+            self.problems[kind] = Problem(kind, message, member, offset)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "compression": self.compression,
+            "size": self.size,
+            "members": self.members,
+            "samples": self.samples,
+            "data_bytes": self.data_bytes,
+            "fields": _fields_json(self.fields),
+            "problems": [vars(problem) for problem in self.problems.values()],
+        }
+
+
+def _fields_json(fields: dict[str, FieldStats]) -> dict[str, dict[str, int]]:
+    return {name: vars(stats) for name, stats in sorted(fields.items())}
+
+
+class _Measured:
+    """A shard stream that keeps its first bytes and counts all it gives."""
+
+    def __init__(self, stream: ByteStream) -> None:
+        self.stream = stream
+        self.head = b""
+        self.size = 0
+
+    def read(self, size: int = -1, /) -> bytes:
+        data = self.stream.read(size)
+        if len(self.head) < _HEAD:
+            self.head += data[: _HEAD - len(self.head)]
+        self.size += len(data)
+        return data
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+def detect_compression(head: bytes) -> str | None:
+    """The whole-shard compression that the first bytes of a shard show, by magic number.
+
+    >>> detect_compression(b"\\x1f\\x8b\\x08\\x00"), detect_compression(b"BZh91AY&SY")
+    ('gzip', 'bzip2')
+    >>> detect_compression(b"\\xfd7zXZ\\x00"), detect_compression(b"\\x28\\xb5\\x2f\\xfd")
+    ('xz', 'zstd')
+    >>> detect_compression(b"BZh.jpg\\0\\0\\0") is None  # a tar member named BZh.jpg
+    True
+    """
+    if head.startswith(b"\x1f\x8b\x08"):
+        return "gzip"
+    if head.startswith(b"BZh") and head[4:10] in (b"1AY&SY", b"\x17rE8P\x90"):
+        return "bzip2"
+    if head.startswith(b"\xfd7zXZ\x00"):
+        return "xz"
+    if head.startswith(b"\x28\xb5\x2f\xfd"):
+        return "zstd"
+    return None
+
+
+def read_shard(url: str) -> ShardReport:
+    """Read the shard at ``url`` to its end and report on it; a shard that cannot be opened
+    or read is a ``read-error`` problem, with what was read before the damage counted."""
+    report = ShardReport(url)
+    try:
+        opened = open_url(url)
+        stream = _Measured(opened)
+    except WdsError as exn:
+        report.problem("read-error", str(exn), exn.member, exn.offset)
+        return report
+    file_size = _file_size(opened)
+    try:
+        for name, data, offset, _ in iter_tar(stream, url):
+            report.add_member(name, data, offset)
+        stream.close()  # a pipe: command reports its exit status here
+    except WdsError as exn:
+        error = _source_failure(stream) or exn
+        report.problem("read-error", str(error), error.member, error.offset)
+    finally:
+        close_quietly(stream)
+        report.compression = detect_compression(stream.head)
+        report.size = stream.size if file_size is None else file_size
+    return report
+
+
+def _source_failure(stream: ByteStream) -> WdsError | None:
+    """The failure of the source itself (a ``pipe:`` command's exit status), which explains
+    the damage to the archive better than the archive does."""
+    try:
+        stream.close()
+    except WdsError as exn:
+        return exn
+    except Exception:
+        return None
+    return None
+
+
+def _file_size(stream: object) -> int | None:
+    """The size of a shard opened from a regular file; None for a pipe or standard input."""
+    fileno = getattr(stream, "fileno", None)
+    if fileno is None:
+        return None
+    try:
+        status = os.fstat(fileno())
+    except (OSError, ValueError):
+        return None
+    return status.st_size if stat.S_ISREG(status.st_mode) else None
+
+
+@click.command()
+@click.argument("shards", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
+def info(shards: Sequence[str], as_json: bool) -> None:
+    """Count the samples, members, fields and bytes of SHARDS and check them for problems.
+
+    Problems: keys that come again after other keys (the samples would be split), fields
+    twice in a sample, names without a field, and shards that cannot be read (missing,
+    not a tar archive, truncated, bad checksum) with the byte offset. The exit status is 1
+    if any shard has a problem.
+    """
+    clock = Stopwatch()
+    urls = expand_shards(shards)
+    reports = []
+    with progress(urls, unit=" shards", desc="info") as bar:
+        for url in bar:
+            reports.append(read_shard(url))
+    total = _total(reports)
+    if as_json:
+        click.echo(json.dumps({"shards": [r.as_json() for r in reports], "total": total}, indent=2))
+    else:
+        for report in reports:
+            _print_report(report)
+        summarize(
+            f"total: {counted(total['shards'], 'shard')}, {counted(total['samples'], 'sample')}, "
+            f"{counted(total['members'], 'member')}, {format_size(total['data_bytes'])} of data "
+            f"in {format_size(total['size'])}; {total['shards_with_problems']:,} with problems; "
+            f"read in {clock.elapsed():.1f} s."
+        )
+    damaged = [report.url for report in reports if report.problems]
+    if damaged:
+        raise click.ClickException(
+            f"{len(damaged)} of {counted(len(reports), 'shard')} with problems: "
+            f"{', '.join(damaged)}"
+        )
+
+
+def _total(reports: list[ShardReport]) -> dict[str, Any]:
+    fields: dict[str, FieldStats] = {}
+    for report in reports:
+        for name, stats in report.fields.items():
+            merged = fields.setdefault(name, FieldStats())
+            merged.samples += stats.samples
+            merged.bytes += stats.bytes
+    return {
+        "shards": len(reports),
+        "shards_with_problems": sum(1 for report in reports if report.problems),
+        "size": sum(report.size for report in reports),
+        "members": sum(report.members for report in reports),
+        "samples": sum(report.samples for report in reports),
+        "data_bytes": sum(report.data_bytes for report in reports),
+        "fields": _fields_json(fields),
+        "problems": sum(p.count for report in reports for p in report.problems.values()),
+    }
+
+
+def _print_report(report: ShardReport) -> None:
+    kind = f"{report.compression}-compressed" if report.compression else "uncompressed"
+    click.echo(
+        f"{report.url}: {counted(report.samples, 'sample')}, {counted(report.members, 'member')}, "
+        f"{format_size(report.data_bytes)} of data; {format_size(report.size)}, {kind}"
+    )
+    if report.fields:
+        width = max(len(name) for name in report.fields)
+        click.echo(f"  {'field':<{width}}  {'samples':>9}  {'bytes':>14}")
+        for name, stats in sorted(report.fields.items()):
+            click.echo(f"  {name:<{width}}  {stats.samples:>9,}  {stats.bytes:>14,}")
+    for problem in report.problems.values():
+        times = f" ({problem.count} times; the first:)" if problem.count > 1 else ""
+        where = (
+            ""
+            if problem.kind == "read-error"
+            else f" [member {problem.member!r}, byte {problem.offset}]"
+        )
+        click.echo(f"  PROBLEM {problem.kind}{times}: {problem.message}{where}")

@@ -1,0 +1,123 @@
+"""``wdspipes reshard``: rewrite shards into new ones, in order or uniformly shuffled.
+
+The work is :func:`wdspipes.reshard.reshard`; this module parses the arguments, shows the
+progress bars and prints the summary.
+"""
+
+from __future__ import annotations
+
+import click
+
+from wdspipes.cli.common import COMPRESSIONS, SIZE, expand_shards, format_size, summarize
+from wdspipes.reshard import ReshardReport
+from wdspipes.reshard import reshard as reshard_shards
+
+__all__ = ["reshard"]
+
+
+@click.command("reshard")
+@click.argument("shards", nargs=-1, required=True)
+@click.option(
+    "-o",
+    "--output",
+    "pattern",
+    required=True,
+    metavar="PATTERN",
+    help="Names of the output shards, printf-style: out/train-%06d.tar.",
+)
+@click.option(
+    "--maxcount",
+    type=click.IntRange(min=1),
+    default=100_000,
+    show_default=True,
+    help="The most samples per output shard.",
+)
+@click.option(
+    "--maxsize",
+    type=SIZE,
+    default="3GB",
+    show_default=True,
+    help="The most bytes per output shard (K, M, G: powers of 1024; KB, MB, GB: of 1000).",
+)
+@click.option("--shuffle", is_flag=True, help="Write the samples in a uniformly random order.")
+@click.option("--seed", type=int, help="Make the shuffle reproducible.")
+@click.option(
+    "--memory",
+    type=SIZE,
+    default="1GB",
+    show_default=True,
+    help="Memory budget for the samples held at once while shuffling.",
+)
+@click.option(
+    "--tmpdir",
+    type=click.Path(file_okay=False),
+    help="Directory for the shuffle's bucket files (default: the output directory); they "
+    "take about as much space as the samples.",
+)
+@click.option(
+    "--compress", type=click.Choice(COMPRESSIONS), help="Compress the output shards as a whole."
+)
+def reshard(
+    shards: tuple[str, ...],
+    pattern: str,
+    maxcount: int,
+    maxsize: int,
+    shuffle: bool,
+    seed: int | None,
+    memory: int,
+    tmpdir: str | None,
+    compress: str | None,
+) -> None:
+    """Rewrite the samples of SHARDS into new shards of at most --maxcount samples and
+    --maxsize bytes, in order, or with --shuffle in a uniformly random order.
+
+    Samples are copied byte for byte, never decoded. The shuffle takes two passes: each
+    sample goes to one of several bucket files at random, then each bucket in turn is
+    loaded, shuffled and written, so memory stays near --memory however large the data.
+    Shards appear under their names only when complete; temporary files are removed, also
+    on failure.
+
+    \b
+    Examples:
+      wdspipes reshard 'raw-{000..099}.tar' -o 'train-%05d.tar' --maxcount 10000
+      wdspipes reshard raw-*.tar -o out/train-%06d.tar --maxsize 1G --shuffle --seed 1
+    """
+    if seed is not None and not shuffle:
+        raise click.UsageError("--seed applies only with --shuffle")
+    report = reshard_shards(
+        expand_shards(shards),
+        pattern,
+        maxcount=maxcount,
+        maxsize=maxsize,
+        shuffle=shuffle,
+        seed=seed,
+        memory=memory,
+        tmpdir=tmpdir,
+        compress=compress,
+        progress=True,
+    )
+    summarize(describe(report))
+
+
+def describe(report: ReshardReport) -> str:
+    """The closing summary of a run.
+
+    >>> describe(ReshardReport(samples=2000, bytes=3_000_000, shards=["a.tar", "b.tar"],
+    ...     output_bytes=3_500_000, input_bytes=3_400_000, seconds=2.0, passes=2, buckets=3,
+    ...     largest_bucket=1_500_000, seed=7))  # doctest: +NORMALIZE_WHITESPACE
+    'wrote 2,000 samples (2.9 MiB of fields) into 2 shards (3.3 MiB) in 2.0 s, 1.5 MB/s;
+     shuffled in 2 passes through 3 buckets (the largest 1.4 MiB), seed 7'
+    """
+    text = (
+        f"wrote {report.samples:,} samples ({format_size(report.bytes)} of fields) into "
+        f"{len(report.shards):,} shard{'s' if len(report.shards) != 1 else ''} "
+        f"({format_size(report.output_bytes)}) in {report.seconds:.1f} s, "
+        f"{report.mb_per_second:.1f} MB/s"
+    )
+    if report.buckets:
+        text += (
+            f"; shuffled in {report.passes} passes through {report.buckets:,} "
+            f"bucket{'s' if report.buckets != 1 else ''} (the largest "
+            f"{format_size(report.largest_bucket)}), seed {report.seed}"
+        )
+    return text
