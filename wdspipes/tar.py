@@ -48,7 +48,14 @@ from wdspipes.errors import (
 from wdspipes.io.local import BUFFER_SIZE
 from wdspipes.io.opener import ByteStream, ShardStream, close_quietly, shard_failure
 
-__all__ = ["TarLoader", "TarMember", "iter_tar", "iter_tar_tuples", "tar_file_expander"]
+__all__ = [
+    "TarLoader",
+    "TarMember",
+    "detect_compression",
+    "iter_tar",
+    "iter_tar_tuples",
+    "tar_file_expander",
+]
 
 BLOCK = 512
 _ZERO_BLOCK = bytes(BLOCK)
@@ -470,15 +477,37 @@ def _open_payload(stream: ByteStream, walk: _TarWalk) -> tuple[Read, bytes]:
 Decompressor = Callable[[Any], Any]
 
 
+def detect_compression(head: bytes) -> str | None:
+    """The whole-shard compression that the first bytes of a shard show, by magic number.
+
+    >>> detect_compression(b"\\x1f\\x8b\\x08\\x00"), detect_compression(b"BZh91AY&SY")
+    ('gzip', 'bzip2')
+    >>> detect_compression(b"\\xfd7zXZ\\x00"), detect_compression(b"\\x28\\xb5\\x2f\\xfd")
+    ('xz', 'zstd')
+    >>> detect_compression(b"BZh.jpg\\0\\0\\0") is None  # a tar member named BZh.jpg
+    True
+    """
+    if head.startswith(b"\x1f\x8b\x08"):
+        return "gzip"
+    if head.startswith(b"BZh") and head[4:10] in (b"1AY&SY", b"\x17rE8P\x90"):
+        return "bzip2"
+    if head.startswith(b"\xfd7zXZ\x00"):
+        return "xz"
+    if head.startswith(b"\x28\xb5\x2f\xfd"):
+        return "zstd"
+    return None
+
+
 def _decompressor(first: bytes, walk: _TarWalk) -> Decompressor | None:
     """The decompressor that the magic bytes at the start of a shard call for, if any."""
-    if first.startswith(b"\x1f\x8b\x08"):
+    kind = detect_compression(first)
+    if kind == "gzip":
         return lambda raw: gzip.GzipFile(fileobj=raw, mode="rb")
-    if first.startswith(b"BZh") and first[4:10] in (b"1AY&SY", b"\x17rE8P\x90"):
+    if kind == "bzip2":
         return bz2.BZ2File
-    if first.startswith(b"\xfd7zXZ\x00"):
+    if kind == "xz":
         return lzma.LZMAFile
-    if first.startswith(b"\x28\xb5\x2f\xfd"):
+    if kind == "zstd":
         try:
             import zstandard
         except ImportError:

@@ -32,9 +32,9 @@ from wdspipes.cli.common import (
 from wdspipes.errors import WdsError
 from wdspipes.grouping import is_meta, split_name
 from wdspipes.io.opener import ByteStream, close_quietly, open_url
-from wdspipes.tar import iter_tar
+from wdspipes.tar import detect_compression, iter_tar
 
-__all__ = ["FieldStats", "Problem", "ShardReport", "detect_compression", "info", "read_shard"]
+__all__ = ["FieldStats", "Problem", "ShardReport", "info", "read_shard"]
 
 _HEAD = 10  # bytes of a shard needed to recognise its compression
 
@@ -162,27 +162,6 @@ class _Measured:
 
     def close(self) -> None:
         self.stream.close()
-
-
-def detect_compression(head: bytes) -> str | None:
-    """The whole-shard compression that the first bytes of a shard show, by magic number.
-
-    >>> detect_compression(b"\\x1f\\x8b\\x08\\x00"), detect_compression(b"BZh91AY&SY")
-    ('gzip', 'bzip2')
-    >>> detect_compression(b"\\xfd7zXZ\\x00"), detect_compression(b"\\x28\\xb5\\x2f\\xfd")
-    ('xz', 'zstd')
-    >>> detect_compression(b"BZh.jpg\\0\\0\\0") is None  # a tar member named BZh.jpg
-    True
-    """
-    if head.startswith(b"\x1f\x8b\x08"):
-        return "gzip"
-    if head.startswith(b"BZh") and head[4:10] in (b"1AY&SY", b"\x17rE8P\x90"):
-        return "bzip2"
-    if head.startswith(b"\xfd7zXZ\x00"):
-        return "xz"
-    if head.startswith(b"\x28\xb5\x2f\xfd"):
-        return "zstd"
-    return None
 
 
 def read_shard(url: str) -> ShardReport:
