@@ -3,6 +3,7 @@ tables. Imported by the scripts beside it (``python benchmarks/<script>.py``).""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib
 import os
@@ -76,6 +77,20 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]], markdown
 
 def print_section(title: str, markdown: bool) -> None:
     print(f"\n### {title}\n" if markdown else f"\n== {title} ==")
+
+
+def apply_size_defaults(
+    parser: argparse.ArgumentParser,
+    args: argparse.Namespace,
+    defaults: dict[str, tuple[int, int]],
+) -> None:
+    """Fill each unset size option with its ``(full, quick)`` default (``--quick`` picks the
+    second), and refuse sizes below 1."""
+    for name, (full, quick) in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
 
 
 def verdict(met: bool) -> str:

@@ -57,7 +57,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common import format_table, import_libraries, print_header, print_section, quiet, verdict
+from common import (
+    apply_size_defaults,
+    format_table,
+    import_libraries,
+    print_header,
+    print_section,
+    quiet,
+    verdict,
+)
 
 MANIFEST_VERSION = 1
 WORKERS = 2
@@ -685,11 +693,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "image_size": (256, 64),
         "repeat": (3, 1),
     }
-    for name, (full, quick) in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, quick if args.quick else full)
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    apply_size_defaults(parser, args, defaults)
     for name in ("small_shards", "jpeg_shards"):
         if getattr(args, name) < WORKERS:  # webdataset fails a worker that gets no shard
             parser.error(f"--{name.replace('_', '-')} must be at least {WORKERS} (the workers)")

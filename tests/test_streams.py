@@ -187,3 +187,24 @@ def test_workers_read_every_stream_sample_once(kind: str, tmp_path: Path) -> Non
     loader = DataLoader(pipe(), batch_size=None, num_workers=2, multiprocessing_context="fork")
     keys = sorted(key for (key,) in loader)
     assert keys == sorted(f"{i:02d}-{j:03d}" for i in range(4) for j in range(5))
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_stream_shards_go_through_the_shard_cache(kind: str, tmp_path: Path) -> None:
+    """A good shard is cached and its samples carry ``__local_path__``; a damaged one, skipped
+    by the handler, leaves no cache entry."""
+    good = write(kind, tmp_path / f"good.{kind}", make_samples(0, 3))
+    bad = tmp_path / f"bad.{kind}"
+    bad.write_bytes(Path(good).read_bytes()[:-5])
+    cache = tmp_path / "cache"
+    urls = [f"pipe:cat {good}", f"pipe:cat {bad}"]
+    load = KINDS[kind][2]
+    pipe = getattr(wds.ShardList(urls).open_shards(cache_dir=str(cache)), load)(
+        handler=wds.warn_and_continue
+    )
+    with pytest.warns(wds.DataWarning, match="ends inside"):
+        read = list(pipe)
+    assert len(read) == 3 + 2
+    (entry,) = [path for path in cache.iterdir() if not path.name.startswith(".")]
+    assert entry.read_bytes() == Path(good).read_bytes()
+    assert {s["__local_path__"] for s in read[:3]} == {str(entry)}

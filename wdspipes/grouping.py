@@ -71,10 +71,13 @@ class SampleGrouper(StageDataPipe[Sample]):
 
     Yields:
         Dicts with ``__key__``, ``__url__`` and one ``bytes`` value per field, in tar order.
+        Reading ``load_tar`` directly, a shard opened with a local file (``open_shards`` with
+        a ``cache_dir``: the cached copy, or a local shard's path) adds ``__local_path__``
+        after ``__url__``.
 
     Raises:
         DuplicateFieldError: through ``handler``, for a field seen twice in one sample
-            (``__key__`` and ``__url__`` included).
+            (``__key__``, ``__url__`` and ``__local_path__`` included).
 
     >>> from torch.utils.data.datapipes.iter import IterableWrapper
     >>> members = [TarMember("0.jpg", b"J", 0, "s.tar"), TarMember("0.cls", b"1", 1024, "s.tar"),
@@ -93,17 +96,20 @@ class SampleGrouper(StageDataPipe[Sample]):
 
     def __iter__(self) -> Iterator[Sample]:
         source = self.source_datapipe
+        shard_path: list[str | None] = [None]  # the local file of the shard being read
         # Members bypass the per-item hooks of an upstream TarLoader (see its iter_members).
-        members = source.iter_members() if type(source) is TarLoader else iter(source)
+        members = source.iter_members(shard_path) if type(source) is TarLoader else iter(source)
         sample: Sample | None = None
         last_url = None
         last_offset = -1
+        local_path = None
         for name, data, offset, url in members:
             if offset <= last_offset or url != last_url:
                 if sample is not None:
                     yield sample
                     sample = None
                 last_url = url
+                local_path = shard_path[0]
             last_offset = offset
             if name.startswith("__") and is_meta(name):
                 continue
@@ -121,7 +127,10 @@ class SampleGrouper(StageDataPipe[Sample]):
             if sample is None or key != sample["__key__"]:
                 if sample is not None:
                     yield sample
-                sample = {"__key__": key, "__url__": url}
+                if local_path is None:
+                    sample = {"__key__": key, "__url__": url}
+                else:
+                    sample = {"__key__": key, "__url__": url, "__local_path__": local_path}
             if field in sample:
                 if self._skip_duplicate(name, key, field, offset, url):
                     continue

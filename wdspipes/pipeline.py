@@ -18,6 +18,7 @@ from wdspipes.datapipe import StageDataPipe
 from wdspipes.errors import Handler, reraise_exception
 from wdspipes.grouping import SampleGrouper
 from wdspipes.io import ShardOpener
+from wdspipes.io.cache import DEFAULT_CACHE_SIZE, CacheDir, StorageOptions, opener_options
 from wdspipes.shards import ShardList, ShardResampler, ShardSpec, ShardSplit
 from wdspipes.shuffle import BufferShuffler
 from wdspipes.tar import TarLoader
@@ -128,20 +129,32 @@ def _apply(stage: Any, pipe: IterDataPipe[Any], position: int) -> IterDataPipe[A
     return result
 
 
-def _tarfile_to_samples(source: IterDataPipe[str], handler: Handler) -> SampleGrouper:
-    return SampleGrouper(
-        TarLoader(ShardOpener(source, handler=handler), handler=handler), handler=handler
-    )
+def _tarfile_to_samples(
+    source: IterDataPipe[str], handler: Handler, **options: Any
+) -> SampleGrouper:
+    opener = ShardOpener(source, handler=handler, **options)
+    return SampleGrouper(TarLoader(opener, handler=handler), handler=handler)
 
 
 @stage_factory
-def tarfile_to_samples(handler: Handler = reraise_exception) -> Stage:
+def tarfile_to_samples(
+    handler: Handler = reraise_exception,
+    *,
+    cache_dir: CacheDir | None = None,
+    cache_size: int | None = DEFAULT_CACHE_SIZE,
+    storage_options: StorageOptions | None = None,
+) -> Stage:
     """Shard URLs to samples: ``open_shards().load_tar().group_samples()``, one handler for all.
+
+    ``cache_dir``, ``cache_size`` and ``storage_options`` go to the opener (see
+    :class:`~wdspipes.io.ShardOpener`): with a ``cache_dir``, remote shards are cached there
+    and samples carry ``__local_path__``.
 
     >>> tarfile_to_samples()
     _tarfile_to_samples(handler=<function reraise_exception at ...>)
     """
-    return Stage(_tarfile_to_samples, handler=handler)
+    options = opener_options(cache_dir, cache_size, storage_options)
+    return Stage(_tarfile_to_samples, handler=handler, **options)
 
 
 def WebDataset(
@@ -151,6 +164,9 @@ def WebDataset(
     handler: Handler = reraise_exception,
     seed: int | None = None,
     nshards: int | None = None,
+    cache_dir: CacheDir | None = None,
+    cache_size: int | None = DEFAULT_CACHE_SIZE,
+    storage_options: StorageOptions | None = None,
 ) -> SampleGrouper:
     """The usual pipeline from shard URLs to samples, split among ranks and workers.
 
@@ -168,6 +184,14 @@ def WebDataset(
         handler: error policy for opening, reading and grouping (see :mod:`wdspipes.errors`).
         seed: fixes the shard order or draws; otherwise the loader's seeding decides.
         nshards: with ``resampled``, how many shards to draw per epoch, over all readers.
+        cache_dir: cache remote shards (``pipe:`` URLs included; not local files) in this
+            directory: each is fetched once, as it is first read, and read from the cache
+            afterwards, by every worker and process. Samples then carry ``__local_path__``
+            (the cached file, or a local shard's path). See :mod:`wdspipes.io.cache`.
+        cache_size: the most bytes the cache keeps, least recently used shards removed
+            first (default 10 GB; None for no bound).
+        storage_options: options of a remote store (credentials, ...), passed to
+            ``open_url(url, storage_options=...)`` for every shard.
 
     Returns:
         A DataPipe of sample dicts; chain further stages on it (``.decode(...)`` etc.).
@@ -194,4 +218,5 @@ def WebDataset(
     elif shardshuffle:
         bufsize = len(shards) if shardshuffle is True else int(shardshuffle)
         shards = BufferShuffler(shards, bufsize=bufsize, initial=bufsize, seed=seed)
-    return _tarfile_to_samples(ShardingFilterIterDataPipe(shards), handler)
+    options = opener_options(cache_dir, cache_size, storage_options)
+    return _tarfile_to_samples(ShardingFilterIterDataPipe(shards), handler, **options)

@@ -2,7 +2,8 @@
 
 A stream shard has no tar framing: item follows item to the end of the file. Each item must be
 a map (a sample dict). The loaders add ``__url__`` (the shard) and, where the item has none,
-``__key__`` (the item's number in its shard, ``"000000"``, ``"000001"``, ...). Values keep the
+``__key__`` (the item's number in its shard, ``"000000"``, ``"000001"``, ...), and with a shard
+cache ``__local_path__``, as tar samples get them. Values keep the
 types the encoding gives them: bytes stay bytes for ``decode`` to decode by extension, numbers
 and strings arrive decoded already (``decode(..., partial=True)`` lets them through).
 
@@ -128,9 +129,10 @@ class _StreamLoader(StageDataPipe[Sample]):
 
     def __iter__(self) -> Iterator[Sample]:
         for url, stream in self.source_datapipe:
+            local_path = getattr(stream, "local_path", None)  # a cached copy's file
             try:
                 for index, (offset, item) in enumerate(type(self).items(url, stream)):
-                    yield _sample(item, url, index, offset, self.kind)
+                    yield _sample(item, url, local_path, index, offset, self.kind)
                 stream.close()  # a pipe: command's failure is raised here
             except Exception as exn:
                 if not handle(self.handler, shard_failure(exn, url, stream)):
@@ -139,7 +141,9 @@ class _StreamLoader(StageDataPipe[Sample]):
                 close_quietly(stream)
 
 
-def _sample(item: Any, url: str, index: int, offset: int, kind: str) -> Sample:
+def _sample(
+    item: Any, url: str, local_path: str | None, index: int, offset: int, kind: str
+) -> Sample:
     if not isinstance(item, dict):
         raise StreamFormatError(
             f"a {kind} item must be a map (a sample), got {type(item).__name__}",
@@ -148,6 +152,8 @@ def _sample(item: Any, url: str, index: int, offset: int, kind: str) -> Sample:
         )
     item.setdefault("__key__", f"{index:06d}")
     item["__url__"] = url
+    if local_path is not None:
+        item["__local_path__"] = local_path
     return item
 
 

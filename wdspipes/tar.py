@@ -543,7 +543,8 @@ class TarLoader(StageDataPipe[TarMember]):
     """Read the regular files of each opened tar shard (functional name: ``load_tar``).
 
     Each stream is read to its end-of-archive marker and closed; a ``pipe:`` command that
-    failed is reported then, in preference to the damage it did to the archive.
+    failed is reported then, in preference to the damage it did to the archive. A shard found
+    bad is not kept in the shard cache (see :mod:`wdspipes.io.cache`).
 
     Args:
         source_datapipe: yields :class:`~wdspipes.io.ShardStream` ``(url, stream)`` pairs,
@@ -581,14 +582,23 @@ class TarLoader(StageDataPipe[TarMember]):
         for member in self.iter_members():
             yield TarMember._make(member)
 
-    def iter_members(self) -> Iterator[tuple[str, bytes, int, str]]:
+    def iter_members(
+        self, local_path: list[str | None] | None = None
+    ) -> Iterator[tuple[str, bytes, int, str]]:
         """The members as plain tuples, without the per-item hooks torch wraps around
         ``__iter__``.
 
         ``group_samples`` reads its upstream TarLoader through this: members are the finest
         grain of the pipeline, and the hooks would cost more than parsing them.
+
+        Args:
+            local_path: if given, a list of one item, set to each shard's local file (the
+                stream's ``local_path``, None if it has none) before its first member is
+                yielded.
         """
         for url, stream in self.source_datapipe:
+            if local_path is not None:
+                local_path[0] = getattr(stream, "local_path", None)
             try:
                 yield from _TarWalk(stream, url).members()
                 stream.close()

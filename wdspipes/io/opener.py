@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterator
-from typing import NamedTuple, Protocol
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, NamedTuple, Protocol
 
 from torch.utils.data import IterDataPipe
 
@@ -20,8 +20,18 @@ from wdspipes.errors import (
     handle,
     reraise_exception,
 )
+from wdspipes.io.cache import (
+    DEFAULT_CACHE_SIZE,
+    CacheDir,
+    CacheWriter,
+    ShardCache,
+    StorageOptions,
+    opener_options,
+)
+from wdspipes.io.http import open_ais, open_http
 from wdspipes.io.local import open_file, open_stdin
 from wdspipes.io.pipe import open_pipe
+from wdspipes.io.stores import STORE_EXTRAS, fsspec_protocols, open_fsspec
 
 __all__ = [
     "SCHEMES",
@@ -58,25 +68,36 @@ class ShardStream(NamedTuple):
 SCHEMES: dict[str, Callable[[str], ByteStream]] = {
     "file": open_file,
     "pipe": open_pipe,
+    "http": open_http,
+    "https": open_http,
+    "ais": open_ais,
 }
 """URL scheme to opening function; paths without a scheme and ``-`` are handled apart."""
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")
 
 
-def open_url(url: str) -> ByteStream:
-    """Open a shard URL: a local path, ``file:`` URL, ``-`` (stdin), or ``pipe:CMD``.
+def open_url(url: str, *, storage_options: Mapping[str, Any] | None = None) -> ByteStream:
+    """Open a shard URL: a local path, ``file:`` URL, ``-`` (stdin), ``pipe:CMD``, a URL of
+    another scheme in :data:`SCHEMES`, or else a URL that fsspec opens (``s3://``, ``gs://``,
+    ``az://``, ``hf://``, ...; see :mod:`wdspipes.io.stores`).
 
     A one-letter prefix such as ``C:`` is a path, not a scheme.
 
-    Raises:
-        ShardOpenError: the URL is not a string, its scheme is unknown, or opening failed.
+    Args:
+        url: the shard's URL.
+        storage_options: options for fsspec's filesystem (credentials, ``endpoint_url``, ...);
+            URLs that fsspec does not open ignore them.
 
-    >>> open_url("gopher://example/a.tar")
+    Raises:
+        ShardOpenError: the URL is not a string, its scheme is unknown, the package that reads
+            it is not installed, or opening failed.
+
+    >>> open_url("gopher://example/a.tar")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     wdspipes.errors.ShardOpenError: gopher://example/a.tar: unknown URL scheme 'gopher'; \
-supported: file:, pipe:, '-' for stdin, and plain paths
+supported: ...file:, ...pipe:, ...'-' for stdin, plain paths, and the schemes fsspec knows ...
     """
     if not isinstance(url, str):
         raise ShardOpenError(f"a shard URL must be a string, got {type(url).__name__}: {url!r}")
@@ -85,12 +106,15 @@ supported: file:, pipe:, '-' for stdin, and plain paths
     match = _SCHEME.match(url)
     if match is None:
         return open_file(url)
-    opener = SCHEMES.get(match.group(1).lower())
+    scheme = match.group(1).lower()
+    opener = SCHEMES.get(scheme)
     if opener is None:
-        supported = ", ".join(f"{scheme}:" for scheme in sorted(SCHEMES))
+        if scheme in STORE_EXTRAS or scheme in fsspec_protocols():
+            return open_fsspec(url, storage_options)
+        supported = ", ".join(f"{known}:" for known in sorted(SCHEMES))
         raise ShardOpenError(
             f"unknown URL scheme {match.group(1)!r}; supported: {supported}, "
-            "'-' for stdin, and plain paths",
+            "'-' for stdin, plain paths, and the schemes fsspec knows (s3:, gs:, az:, hf:, ...)",
             url=url,
         )
     try:
@@ -109,7 +133,10 @@ def close_quietly(stream: ByteStream) -> None:
 
 def shard_failure(exn: Exception, url: str, stream: ByteStream) -> Exception:
     """The error to report for a failed shard: the source's own failure (a command's exit
-    status) if closing the stream reveals one, else ``exn`` as a located error."""
+    status) if closing the stream reveals one, else ``exn`` as a located error. A shard found
+    bad is not kept in the shard cache."""
+    if isinstance(stream, CacheWriter):
+        stream.discard()
     try:
         stream.close()
     except WdsError as closing_error:
@@ -136,9 +163,21 @@ class ShardOpener(StageDataPipe[ShardStream]):
     ranks and workers (see :func:`wdspipes.distributed.check_split`): a rank left without a
     shard is an error, an uneven split a warning.
 
+    With ``cache_dir``, remote shards (every URL but local paths, ``file:`` URLs and ``-``;
+    ``pipe:`` URLs included) are cached there: the first reader of a shard reads it from its
+    URL and writes it to the cache as it goes, committing it once read to its end; later reads,
+    in any process, open the cached copy. At most ``cache_size`` bytes are kept, the least
+    recently used shards removed first. Streams then carry ``local_path``: the cache file, or a
+    local shard's own path (samples get it as ``__local_path__``). See
+    :mod:`wdspipes.io.cache`.
+
     Args:
         source_datapipe: yields shard URLs.
         handler: what to do when a shard cannot be opened (see :mod:`wdspipes.errors`).
+        cache_dir: cache remote shards in this directory (created if needed); None for no cache.
+        cache_size: with ``cache_dir``, the most bytes the cache keeps (None: no bound).
+        storage_options: passed to ``open_url(url, storage_options=...)`` for every shard
+            (options of a remote store, such as credentials); None passes nothing.
 
     Yields:
         A :class:`ShardStream` ``(url, stream)`` per shard.
@@ -146,6 +185,7 @@ class ShardOpener(StageDataPipe[ShardStream]):
     Raises:
         ShardOpenError: through ``handler``, for a shard that cannot be opened.
         ShardSplitError: some rank gets no shard.
+        OSError: the cache directory cannot be made.
 
     >>> from wdspipes.shards import ShardList
     >>> [(url, stream.read()) for url, stream in ShardList(["pipe:printf hello"]).open_shards()]
@@ -153,19 +193,29 @@ class ShardOpener(StageDataPipe[ShardStream]):
     """
 
     def __init__(
-        self, source_datapipe: IterDataPipe[str], handler: Handler = reraise_exception
+        self,
+        source_datapipe: IterDataPipe[str],
+        handler: Handler = reraise_exception,
+        *,
+        cache_dir: CacheDir | None = None,
+        cache_size: int | None = DEFAULT_CACHE_SIZE,
+        storage_options: StorageOptions | None = None,
     ) -> None:
         super().__init__()
         self.source_datapipe = source_datapipe
         self.handler = handler
+        self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_size)
+        self.storage_options = storage_options
 
     def __iter__(self) -> Iterator[ShardStream]:
         expected = check_split(self)
         received = 0
+        if self.cache is not None:
+            self.cache.make_directory()
         for url in self.source_datapipe:
             received += 1
             try:
-                stream = open_url(url)
+                stream = self._open(url)
             except ShardOpenError as exn:
                 if handle(self.handler, exn):
                     continue
@@ -177,8 +227,33 @@ class ShardOpener(StageDataPipe[ShardStream]):
         if expected is None and not received:
             warn_idle_reader(self)
 
+    def _open(self, url: str) -> ByteStream:
+        if self.cache is None:
+            return self._open_url(url)
+        try:
+            return self.cache.open(url, self._open_url)
+        except OSError as exn:
+            raise ShardOpenError(f"cannot open through the shard cache: {exn}", url=url) from exn
+
+    def _open_url(self, url: str) -> ByteStream:
+        if self.storage_options is None:
+            return open_url(url)
+        return open_url(url, storage_options=self.storage_options)
+
 
 @stage_factory
-def url_opener(handler: Handler = reraise_exception) -> Stage:
-    """The opener stage for ``DataPipeline(...)``: ``open_shards(handler=handler)``."""
-    return Stage(ShardOpener, handler=handler)
+def url_opener(
+    handler: Handler = reraise_exception,
+    *,
+    cache_dir: CacheDir | None = None,
+    cache_size: int | None = DEFAULT_CACHE_SIZE,
+    storage_options: StorageOptions | None = None,
+) -> Stage:
+    """The opener stage for ``DataPipeline(...)``: ``open_shards(handler=handler, ...)``.
+
+    >>> url_opener(cache_dir="/tmp/shards")
+    ShardOpener(handler=<function reraise_exception at ...>, cache_dir='/tmp/shards')
+    """
+    return Stage(
+        ShardOpener, handler=handler, **opener_options(cache_dir, cache_size, storage_options)
+    )
