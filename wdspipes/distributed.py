@@ -76,6 +76,13 @@ class ReaderLayout:
         return self.ranks * self.workers
 
     @property
+    def reader(self) -> int:
+        """This reader's number, ``0 .. readers - 1``, as the sharding filter counts them."""
+        if self.rank_major:
+            return self.rank * self.workers + self.worker
+        return self.worker * self.ranks + self.rank
+
+    @property
     def is_first(self) -> bool:
         """Whether this is rank 0's worker 0, the reader that speaks for all."""
         return self.rank == 0 and self.worker == 0
@@ -213,17 +220,11 @@ def check_split(datapipe: IterDataPipe[Any]) -> int | None:
             RuntimeWarning,
             stacklevel=2,
         )
-    return shards // layout.readers + (_reader_number(layout) < shards % layout.readers)
+    return shards // layout.readers + (layout.reader < shards % layout.readers)
 
 
 def _readers(count: int) -> str:
     return f"{count} reader gets" if count == 1 else f"{count} readers get"
-
-
-def _reader_number(layout: ReaderLayout) -> int:
-    if layout.rank_major:
-        return layout.rank * layout.workers + layout.worker
-    return layout.worker * layout.ranks + layout.rank
 
 
 def warn_idle_reader(datapipe: IterDataPipe[Any]) -> None:

@@ -38,14 +38,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import IO, Any
-from urllib.parse import urlparse
-from urllib.request import url2pathname
 
 import msgpack
 from tqdm import tqdm
 
 from wdspipes.datapipe import Sample
 from wdspipes.errors import WdsError
+from wdspipes.io.local import local_path
 from wdspipes.pipeline import WebDataset
 from wdspipes.shards import ShardSpec, expand_urls
 from wdspipes.writers import ShardWriter
@@ -67,7 +66,6 @@ MAX_SPLITS = 8
 
 _PREFIX = struct.Struct("<Q")  # each record in a bucket file: its length, then its msgpack
 _ENCODING = ("utf-8", "surrogateescape")  # keys and names: tar names decode with surrogates
-_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")  # as wdspipes.io.opener: C: is a path
 _CONVERSION = re.compile(r"%%|%[-+ #0]*\d*(?:\.\d+)?[diouxX]")
 
 
@@ -214,22 +212,13 @@ def _check_no_clash(pattern: str, urls: list[str]) -> None:
     wildcards = ["%" if c == "%%" else ".+" for c in _CONVERSION.findall(template)]
     regex = re.compile(literals[0] + "".join(map(str.__add__, wildcards, literals[1:])))
     for url in urls:
-        path = _local_path(url)
+        path = local_path(url)
         if path is not None and regex.fullmatch(os.path.abspath(path)):
             raise ValueError(f"the output pattern {pattern!r} could overwrite the input {url!r}")
 
 
-def _local_path(url: str) -> str | None:
-    """The path of a local shard URL (a plain path or ``file:`` URL), else None."""
-    if url.startswith("file:"):
-        return url2pathname(urlparse(url).path)
-    if url == "-" or _SCHEME.match(url):
-        return None
-    return url
-
-
 def _local_size(url: str) -> int | None:
-    path = _local_path(url)
+    path = local_path(url)
     if path is None:
         return None
     try:

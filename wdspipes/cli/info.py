@@ -31,7 +31,7 @@ from wdspipes.cli.common import (
 )
 from wdspipes.errors import WdsError
 from wdspipes.grouping import is_meta, split_name
-from wdspipes.io.opener import ByteStream, close_quietly, open_url
+from wdspipes.io.opener import ByteStream, close_quietly, open_url, shard_failure
 from wdspipes.tar import detect_compression, iter_tar
 
 __all__ = ["FieldStats", "Problem", "ShardReport", "info", "read_shard"]
@@ -180,25 +180,14 @@ def read_shard(url: str) -> ShardReport:
             report.add_member(name, data, offset)
         stream.close()  # a pipe: command reports its exit status here
     except WdsError as exn:
-        error = _source_failure(stream) or exn
+        error = shard_failure(exn, url, stream)  # a pipe: command's status explains it better
+        assert isinstance(error, WdsError)  # exn is one, and so is a source's failure
         report.problem("read-error", str(error), error.member, error.offset)
     finally:
         close_quietly(stream)
         report.compression = detect_compression(stream.head)
         report.size = stream.size if file_size is None else file_size
     return report
-
-
-def _source_failure(stream: ByteStream) -> WdsError | None:
-    """The failure of the source itself (a ``pipe:`` command's exit status), which explains
-    the damage to the archive better than the archive does."""
-    try:
-        stream.close()
-    except WdsError as exn:
-        return exn
-    except Exception:
-        return None
-    return None
 
 
 def _file_size(stream: object) -> int | None:

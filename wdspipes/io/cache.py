@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from wdspipes.io.local import BUFFER_SIZE
+from wdspipes.io.local import BUFFER_SIZE, local_path
 
 if TYPE_CHECKING:
     from wdspipes.io.opener import ByteStream
@@ -66,7 +66,6 @@ __all__ = [
     "ShardCache",
     "StorageOptions",
     "entry_name",
-    "is_local",
     "opener_options",
 ]
 
@@ -82,22 +81,9 @@ StorageOptions = Mapping[str, Any]
 
 _DIGITS = 16  # hex digits of the URL's sha256 in an entry name: 64 bits
 _ENTRY = re.compile(rf"[0-9a-f]{{{_DIGITS}}}-")
-_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")  # open_url's rule for a URL scheme
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _STALE = re.compile(rf"\.([0-9a-f]{{{_DIGITS}}}-.*)\.tmp")  # an entry's temporary file
 _WRITE_BUFFER = 1 << 18
-
-
-def is_local(url: str) -> bool:
-    """Whether ``url`` names a local file (a path or a ``file:`` URL), which is not cached.
-
-    >>> [is_local(u) for u in ("a.tar", "C:/a.tar", "file:a.tar", "pipe:cat a.tar", "-")]
-    [True, True, True, False, False]
-    """
-    if url == "-":
-        return False
-    match = _SCHEME.match(url)
-    return match is None or match.group(1).lower() == "file"
 
 
 def entry_name(url: str) -> str:
@@ -161,7 +147,7 @@ class ShardCache:
         """
         if url == "-":
             return open_url(url)
-        if is_local(url):
+        if local_path(url) is not None:
             stream = open_url(url)
             name = getattr(stream, "name", None)
             return _Located(stream, name if isinstance(name, str) else None)

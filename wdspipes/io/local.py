@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import BinaryIO
 from urllib.parse import urlparse
@@ -9,7 +10,7 @@ from urllib.request import url2pathname
 
 from wdspipes.errors import ShardOpenError
 
-__all__ = ["BUFFER_SIZE", "open_file", "open_stdin"]
+__all__ = ["BUFFER_SIZE", "local_path", "open_file", "open_stdin", "url_scheme"]
 
 BUFFER_SIZE = 1 << 14
 """Read buffer of an opened shard (files, commands, decompressors).
@@ -21,13 +22,42 @@ faster than 64 KiB and 25% faster than 1 MiB, and 1 KB members within 4% of the 
 (best of 8 interleaved runs; benchmarks/README.md)."""
 
 
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")
+
+
+def url_scheme(url: str) -> str | None:
+    """The scheme of a shard URL, lower-cased; None for a plain path. A one-letter prefix
+    such as ``C:`` is a drive, not a scheme.
+
+    >>> [url_scheme(u) for u in ("a.tar", "C:/a.tar", "FILE:/a.tar", "pipe:cat a.tar")]
+    [None, None, 'file', 'pipe']
+    """
+    match = _SCHEME.match(url)
+    return None if match is None else match.group(1).lower()
+
+
+def local_path(url: str) -> str | None:
+    """The file a local shard URL names (a plain path or a ``file:`` URL), else None
+    (``-`` and every other scheme).
+
+    >>> [local_path(u) for u in ("a.tar", "FILE:///data/a.tar", "pipe:cat a.tar", "-")]
+    ['a.tar', '/data/a.tar', None, None]
+    """
+    if url == "-":
+        return None
+    scheme = url_scheme(url)
+    if scheme is None:
+        return url
+    return url2pathname(urlparse(url).path) if scheme == "file" else None
+
+
 def open_file(url: str) -> BinaryIO:
     """Open a local path or ``file:`` URL for reading.
 
     Raises:
         ShardOpenError: the file is missing, a directory, or unreadable.
     """
-    path = url2pathname(urlparse(url).path) if url.startswith("file:") else url
+    path = local_path(url) or url
     shown = "" if path == url else f" ({path})"  # the error names the URL already
     try:
         return open(path, "rb", buffering=BUFFER_SIZE)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol
 
@@ -29,7 +28,7 @@ from wdspipes.io.cache import (
     opener_options,
 )
 from wdspipes.io.http import open_ais, open_http
-from wdspipes.io.local import open_file, open_stdin
+from wdspipes.io.local import open_file, open_stdin, url_scheme
 from wdspipes.io.pipe import open_pipe
 from wdspipes.io.stores import STORE_EXTRAS, fsspec_protocols, open_fsspec
 
@@ -74,8 +73,6 @@ SCHEMES: dict[str, Callable[[str], ByteStream]] = {
 }
 """URL scheme to opening function; paths without a scheme and ``-`` are handled apart."""
 
-_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")
-
 
 def open_url(url: str, *, storage_options: Mapping[str, Any] | None = None) -> ByteStream:
     """Open a shard URL: a local path, ``file:`` URL, ``-`` (stdin), ``pipe:CMD``, a URL of
@@ -103,17 +100,16 @@ supported: ...file:, ...pipe:, ...'-' for stdin, plain paths, and the schemes fs
         raise ShardOpenError(f"a shard URL must be a string, got {type(url).__name__}: {url!r}")
     if url == "-":
         return open_stdin(url)
-    match = _SCHEME.match(url)
-    if match is None:
+    scheme = url_scheme(url)
+    if scheme is None:
         return open_file(url)
-    scheme = match.group(1).lower()
     opener = SCHEMES.get(scheme)
     if opener is None:
         if scheme in STORE_EXTRAS or scheme in fsspec_protocols():
             return open_fsspec(url, storage_options)
         supported = ", ".join(f"{known}:" for known in sorted(SCHEMES))
         raise ShardOpenError(
-            f"unknown URL scheme {match.group(1)!r}; supported: {supported}, "
+            f"unknown URL scheme {scheme!r}; supported: {supported}, "
             "'-' for stdin, plain paths, and the schemes fsspec knows (s3:, gs:, az:, hf:, ...)",
             url=url,
         )
