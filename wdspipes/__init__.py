@@ -34,6 +34,7 @@ from wdspipes.errors import (
     DuplicateFieldError,
     EncodeError,
     MissingFieldError,
+    ResumeError,
     SampleError,
     ShardError,
     ShardOpenError,
@@ -67,6 +68,7 @@ from wdspipes.grouping import SampleGrouper, group_by_keys
 from wdspipes.io import ShardOpener, ShardStream, open_url, url_opener
 from wdspipes.loaders import fix_dataloader2
 from wdspipes.pipeline import DataPipeline, IteratorStage, WebDataset, tarfile_to_samples
+from wdspipes.resume import mend_stateful_dataloader
 from wdspipes.shards import (
     ResampledShards,
     ShardList,
@@ -92,6 +94,7 @@ from wdspipes.writers import SampleEncoder, ShardWriter, TarWriter, encode_value
 __version__ = "0.1.0.dev0"
 
 fix_dataloader2()  # if torchdata's DataLoader2 was imported first (see wdspipes.loaders)
+mend_stateful_dataloader()  # clear refusals and epoch numbers on resume (see wdspipes.resume)
 
 __all__ = [
     "Batcher",
@@ -118,6 +121,7 @@ __all__ = [
     "MsgpackWriter",
     "Renamer",
     "ResampledShards",
+    "ResumeError",
     "SampleDecoder",
     "SampleEncoder",
     "SampleError",

@@ -25,7 +25,7 @@ from torch.utils.data import IterDataPipe
 
 from wdspipes.curried import Stage, stage_factory
 from wdspipes.datapipe import StageDataPipe, functional_stage
-from wdspipes.errors import CollationError, sample_location
+from wdspipes.errors import CollationError, ResumeError, sample_location
 
 __all__ = ["Batcher", "Unbatcher", "batched", "collate", "unbatch", "unbatched"]
 
@@ -145,6 +145,8 @@ class Batcher(StageDataPipe[Any]):
     [[0, 1], [2, 3]]
     """
 
+    keeps_refs = False  # between batches it holds nothing: no state to save
+
     def __init__(
         self,
         source_datapipe: IterDataPipe[Any],
@@ -189,13 +191,28 @@ class Unbatcher(StageDataPipe[Any]):
     [('a', 1), ('b', 2)]
     """
 
+    keeps_refs = False
+
     def __init__(self, source_datapipe: IterDataPipe[Any]) -> None:
         super().__init__()
         self.source_datapipe = source_datapipe
+        self.rows_left = 0
 
     def __iter__(self) -> Iterator[Any]:
+        self.rows_left = 0
         for batch in self.source_datapipe:
-            yield from unbatch(batch)
+            rows = list(unbatch(batch))
+            for index, row in enumerate(rows):
+                self.rows_left = len(rows) - index - 1
+                yield row
+
+    def resume_state(self) -> None:
+        if self.rows_left:
+            raise ResumeError(
+                f"Unbatcher (unbatched) cannot save its place inside a batch ({self.rows_left} "
+                "samples of it are still to come): save the state after the batch's last "
+                "sample, or shuffle and batch without unbatching"
+            )
 
 
 @stage_factory

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from torch.utils.data import IterDataPipe
 
@@ -66,6 +66,43 @@ class StageDataPipe(IterDataPipe[T_co]):
 
     _is_child_datapipe = False
 
+    keeps_refs: ClassVar[bool] = True
+    """Whether each item out is one item in, changed or not (or one dropped): then a sample
+    shuffle buffer downstream can tell where its samples live (see :mod:`wdspipes.resume`)."""
+
     def __getstate__(self) -> Any:
         fix_dataloader2()
         return super().__getstate__()  # type: ignore[no-untyped-call]
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position of the pipeline that ends in this stage, mid-epoch: small data that
+        :meth:`load_state_dict` takes back (see :mod:`wdspipes.resume`).
+
+        This is torchdata's ``Stateful`` protocol: ``StatefulDataLoader`` calls it in each
+        worker.
+
+        Raises:
+            ResumeError: a stage of the pipeline cannot save its state; the message names it.
+        """
+        from wdspipes.resume import pipeline_state
+
+        return pipeline_state(self)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Make the next iteration go on where :meth:`state_dict` was taken.
+
+        Raises:
+            ResumeError: the state is another pipeline's, or was saved with the shards split
+                among another number of workers and ranks.
+        """
+        from wdspipes.resume import restore_pipeline
+
+        restore_pipeline(self, state_dict)
+
+    def resume_state(self) -> Any:
+        """This stage's own part of :meth:`state_dict`; None for a stage that holds nothing
+        between items."""
+        return None
+
+    def resume_from(self, state: Any) -> None:
+        """Take back what :meth:`resume_state` returned, for the next iteration."""

@@ -26,21 +26,26 @@ from wdspipes.datapipe import StageDataPipe, functional_stage
 __all__ = ["EpochLimiter", "EpochRepeater", "LengthSetter", "repeat", "with_epoch", "with_length"]
 
 
-def _epochs(source: IterDataPipe[Any], count: int | None) -> Iterator[Any]:
-    """The items of ``count`` epochs of ``source`` (without end if None); stops early, with
-    a warning, if an epoch of the source yields nothing, rather than spin forever."""
+def _epochs(stage: EpochLimiter | EpochRepeater, count: int | None, resumed: bool) -> Iterator[Any]:
+    """The items of ``count`` epochs of ``stage``'s source (without end if None), counting
+    the epochs finished in ``stage.done``; stops, with a warning, if an epoch of the source
+    yields nothing, rather than spin forever. A ``resumed`` first epoch goes on from a
+    restored state, and may rightly be empty."""
+    source = stage.source_datapipe
     for _ in itertools.count() if count is None else range(count):
         empty = True
         for item in source:
             empty = False
             yield item
-        if empty:
+        stage.done += 1
+        if empty and not resumed:
             warnings.warn(
                 f"{type(source).__name__} yielded no items; a reader with no shards?",
                 RuntimeWarning,
                 stacklevel=2,
             )
             return
+        resumed = False
 
 
 @functional_stage("with_epoch")
@@ -62,15 +67,38 @@ class EpochLimiter(StageDataPipe[Any]):
     ['a', 'b', 'c']
     """
 
+    keeps_refs = False
+
     def __init__(self, source_datapipe: IterDataPipe[Any], nitems: int) -> None:
         super().__init__()
         if not isinstance(nitems, int) or nitems < 0:
             raise ValueError(f"nitems must be an int >= 0, got {nitems!r}")
         self.source_datapipe = source_datapipe
         self.nitems = nitems
+        self.count = 0  # items yielded this epoch
+        self.done = 0  # epochs of the source finished in it
+        self._resume: int | None = None
 
     def __iter__(self) -> Iterator[Any]:
-        yield from itertools.islice(_epochs(self.source_datapipe, None), self.nitems)
+        resume, self._resume = self._resume, None
+        self.count = resume or 0
+        if self.count >= self.nitems:
+            return
+        for item in _epochs(self, None, resumed=resume is not None):
+            self.count += 1
+            yield item
+            if self.count >= self.nitems:
+                return
+
+    def set_seed(self, seed: int) -> None:
+        """A loader begins an epoch: a state loaded before is dropped (see wdspipes.resume)."""
+        self._resume = None
+
+    def resume_state(self) -> dict[str, Any]:
+        return {"count": self.count}
+
+    def resume_from(self, state: dict[str, Any]) -> None:
+        self._resume = state["count"]
 
     def __len__(self) -> int:
         return self.nitems
@@ -127,15 +155,32 @@ class EpochRepeater(StageDataPipe[Any]):
     ['a', 'b', 'a', 'b', 'a', 'b']
     """
 
+    keeps_refs = False
+
     def __init__(self, source_datapipe: IterDataPipe[Any], nepochs: int | None = None) -> None:
         super().__init__()
         if nepochs is not None and (not isinstance(nepochs, int) or nepochs < 0):
             raise ValueError(f"nepochs must be an int >= 0 or None, got {nepochs!r}")
         self.source_datapipe = source_datapipe
         self.nepochs = nepochs
+        self.done = 0  # epochs of the source finished
+        self._resume: int | None = None
 
     def __iter__(self) -> Iterator[Any]:
-        yield from _epochs(self.source_datapipe, self.nepochs)
+        resume, self._resume = self._resume, None
+        self.done = resume or 0
+        left = None if self.nepochs is None else self.nepochs - self.done
+        yield from _epochs(self, left, resumed=resume is not None)
+
+    def set_seed(self, seed: int) -> None:
+        """A loader begins an epoch: a state loaded before is dropped (see wdspipes.resume)."""
+        self._resume = None
+
+    def resume_state(self) -> dict[str, Any]:
+        return {"done": self.done}
+
+    def resume_from(self, state: dict[str, Any]) -> None:
+        self._resume = state["done"]
 
     def __len__(self) -> int:
         if self.nepochs is None:

@@ -28,6 +28,7 @@ __all__ = [
     "EncodeError",
     "Handler",
     "MissingFieldError",
+    "ResumeError",
     "SampleError",
     "ShardError",
     "ShardOpenError",
@@ -112,6 +113,10 @@ class TarFormatError(ShardError):
 
 class TruncatedShardError(TarFormatError):
     """A shard ends early: in a header, in a member, or with no end-of-archive marker."""
+
+
+class ResumeError(ValueError):
+    """A pipeline's state cannot be saved or loaded: the message names the stage and why."""
 
 
 class StreamFormatError(ShardError):

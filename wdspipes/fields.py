@@ -13,6 +13,7 @@ present). Errors about a sample name its URL and key.
 
 from __future__ import annotations
 
+import builtins
 import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -392,14 +393,41 @@ class ItemSlicer(StageDataPipe[Any]):
     [2, 5]
     """
 
+    keeps_refs = False
+
     def __init__(self, source_datapipe: IterDataPipe[Any], *args: int | None) -> None:
         super().__init__()
         itertools.islice((), *args)  # the arguments' checks, with islice's own messages
         self.source_datapipe = source_datapipe
         self.args = args
+        window = builtins.slice(*args)
+        self.start, self.stop, self.step = window.start or 0, window.stop, window.step or 1
+        self.position = 0  # of the next source item
+        self._resume: int | None = None
 
     def __iter__(self) -> Iterator[Any]:
-        yield from itertools.islice(self.source_datapipe, *self.args)
+        position, self._resume = self._resume or 0, None
+        self.position = position
+        start, stop, step = self.start, self.stop, self.step
+        if stop is not None and position >= stop:
+            return
+        for item in self.source_datapipe:
+            index = position
+            position = self.position = index + 1
+            if index >= start and not (index - start) % step:
+                yield item
+            if stop is not None and position >= stop:
+                return
+
+    def set_seed(self, seed: int) -> None:
+        """A loader begins an epoch: a state loaded before is dropped (see wdspipes.resume)."""
+        self._resume = None
+
+    def resume_state(self) -> dict[str, Any]:
+        return {"position": self.position}
+
+    def resume_from(self, state: dict[str, Any]) -> None:
+        self._resume = state["position"]
 
 
 @stage_factory

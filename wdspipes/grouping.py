@@ -12,21 +12,27 @@ True
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
+from typing import Any
 
 from torch.utils.data import IterDataPipe
 
 from wdspipes.curried import Stage, stage_factory
 from wdspipes.datapipe import Sample, StageDataPipe, functional_stage
-from wdspipes.errors import DuplicateFieldError, Handler, handle, reraise_exception
-from wdspipes.tar import TarLoader, TarMember
+from wdspipes.errors import DuplicateFieldError, Handler, ResumeError, handle, reraise_exception
+from wdspipes.io.opener import ShardOpener, close_quietly
+from wdspipes.tar import Member, ShardCursor, TarLoader, TarMember, _TarWalk
 
 __all__ = ["SampleGrouper", "group_by_keys", "is_meta", "split_name"]
 
 # webdataset's rule, used verbatim where the fast path below cannot decide.
 _KEY_AND_FIELD = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 _META_DIR = re.compile(r"__[^/]*__($|/)")
+
+START, END = "start", "end"
+"""A reader's position before the first sample of its epoch, and after the last."""
 
 
 def split_name(name: str) -> tuple[str, str] | None:
@@ -93,23 +99,48 @@ class SampleGrouper(StageDataPipe[Sample]):
         super().__init__()
         self.source_datapipe = source_datapipe
         self.handler = handler
+        # Resume bookkeeping (see wdspipes.resume): the shard being read and the offset where
+        # the next sample starts (START before the epoch's first sample, END after its last);
+        # where the sample yielded last lives; and what to do next iteration.
+        self.cursor = ShardCursor()
+        self.next_offset: int | str = START
+        self.last_ref: tuple[int, int] = (0, 0)
+        self._resume: tuple[int, int] | str = START
+        self._replay: list[tuple[int, int]] = []
 
     def __iter__(self) -> Iterator[Sample]:
         source = self.source_datapipe
-        shard_path: list[str | None] = [None]  # the local file of the shard being read
-        # Members bypass the per-item hooks of an upstream TarLoader (see its iter_members).
-        members = source.iter_members(shard_path) if type(source) is TarLoader else iter(source)
+        cursor = self.cursor = ShardCursor()
+        resume, replay = self._begin()
+        if type(source) is TarLoader:
+            # Members bypass the per-item hooks of an upstream TarLoader (see its
+            # iter_members).
+            start = resume[1] if isinstance(resume, tuple) else 0
+            members: Iterator[Member] = source.iter_members(cursor, start)
+        else:
+            members = iter(source)
+        if replay:  # samples of a shuffle buffer, read again before going on
+            first = next(members, None)  # the opener goes through the shards to resume at
+            yield from self._read_again(replay)
+            members = iter(()) if first is None else itertools.chain((first,), members)
+        yield from self._grouped(members, cursor)
+
+    def _grouped(self, members: Iterator[Member], cursor: ShardCursor) -> Iterator[Sample]:
+        """The samples of ``members``, noting where each lives and where the next begins."""
         sample: Sample | None = None
         last_url = None
         last_offset = -1
         local_path = None
+        ref = (0, 0)
         for name, data, offset, url in members:
             if offset <= last_offset or url != last_url:
                 if sample is not None:
+                    self.next_offset = offset
+                    self.last_ref = ref
                     yield sample
                     sample = None
                 last_url = url
-                local_path = shard_path[0]
+                local_path = cursor.local_path
             last_offset = offset
             if name.startswith("__") and is_meta(name):
                 continue
@@ -126,7 +157,10 @@ class SampleGrouper(StageDataPipe[Sample]):
                 key, field = parts
             if sample is None or key != sample["__key__"]:
                 if sample is not None:
+                    self.next_offset = offset
+                    self.last_ref = ref
                     yield sample
+                ref = (cursor.number, offset)
                 if local_path is None:
                     sample = {"__key__": key, "__url__": url}
                 else:
@@ -134,11 +168,106 @@ class SampleGrouper(StageDataPipe[Sample]):
             if field in sample:
                 if self._skip_duplicate(name, key, field, offset, url):
                     continue
+                self.next_offset = END
+                self.last_ref = ref
                 yield sample
                 return
             sample[field] = data
+        self.next_offset = END
         if sample is not None:
+            self.last_ref = ref
             yield sample
+
+    def _begin(self) -> tuple[tuple[int, int] | str, list[tuple[int, int]]]:
+        """Take what a restored state left to do, and tell the opener where to go."""
+        resume, replay = self._resume, self._replay
+        self._resume, self._replay = START, []
+        self.next_offset = START
+        if resume == START:
+            return resume, []
+        opener = self._opener()
+        number = resume[0] if isinstance(resume, tuple) else None
+        opener.resume_at(number, {shard for shard, _ in replay})
+        return resume, replay
+
+    def _opener(self) -> ShardOpener:
+        source = self.source_datapipe
+        opener = getattr(source, "source_datapipe", None)
+        if type(source) is not TarLoader or not isinstance(opener, ShardOpener):
+            raise ResumeError(
+                f"{type(self).__name__} (group_samples) can resume only when it reads load_tar "
+                "right after open_shards"
+            )
+        return opener
+
+    def _read_again(self, refs: list[tuple[int, int]]) -> Iterator[Sample]:
+        """The samples at ``refs`` (shard number, offset), in that order: each shard they are
+        in is opened once, and read only where they are when it is a local file."""
+        opener = self._opener()
+        found: dict[tuple[int, int], Sample] = {}
+        by_shard: dict[int, list[int]] = {}
+        for shard, offset in refs:
+            by_shard.setdefault(shard, []).append(offset)
+        for shard, offsets in sorted(by_shard.items()):
+            url = opener.replay_urls[shard]
+            offsets.sort()
+            for offset, sample in zip(offsets, self._samples_at(opener, url, offsets), strict=True):
+                found[shard, offset] = sample
+        for ref in refs:
+            self.last_ref = ref
+            yield found[ref]
+
+    def _samples_at(self, opener: ShardOpener, url: str, offsets: list[int]) -> list[Sample]:
+        stream = opener.open_again(url)
+        samples: dict[int, Sample] = {}
+        try:
+            cursor = ShardCursor()
+            cursor.local_path = getattr(stream, "local_path", None)
+            if getattr(stream, "seekable", lambda: False)():
+                for offset in offsets:
+                    stream.seek(0)  # type: ignore[attr-defined]
+                    walk = _TarWalk(stream, url, offset).members()
+                    samples[offset] = next(self._grouped(walk, cursor))
+            else:
+                wanted = set(offsets)
+                walk = _TarWalk(stream, url, offsets[0]).members()
+                for sample in self._grouped(walk, cursor):
+                    if self.last_ref[1] in wanted:
+                        samples[self.last_ref[1]] = sample
+                        if len(samples) == len(wanted):
+                            break
+        except Exception as exn:
+            raise ResumeError(
+                f"{url}: cannot read again the samples of a saved shuffle buffer: {exn}"
+            ) from exn
+        finally:
+            close_quietly(stream)
+        missing = sorted(set(offsets) - samples.keys())
+        if missing:
+            raise ResumeError(
+                f"{url}: no sample starts at byte {missing[0]}, where the saved state has one"
+            )
+        return [samples[offset] for offset in offsets]
+
+    def set_seed(self, seed: int) -> None:
+        """A loader begins an epoch: a state loaded before is dropped (see wdspipes.resume)."""
+        self._resume, self._replay = START, []
+
+    def resume_state(self) -> dict[str, Any]:
+        offset = self.next_offset
+        return {"next": [self.cursor.number, offset] if isinstance(offset, int) else offset}
+
+    def resume_from(self, state: dict[str, Any]) -> None:
+        position = state["next"]
+        self._resume = tuple(position) if isinstance(position, list) else position
+        self._replay = []
+
+    def read_again(self, refs: list[tuple[int, int]]) -> None:
+        """Before going on, next iteration, yield the samples at ``refs`` (for a shuffle buffer
+        being restored)."""
+        if self._resume == START:
+            raise ResumeError("a shuffle buffer holds samples, but the reader has not begun")
+        self._replay = refs
 
     def _skip_duplicate(self, name: str, key: str, field: str, offset: int, url: str) -> bool:
         """Route a duplicate field through the handler: True to drop it and go on."""

@@ -15,7 +15,7 @@ from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
 from wdspipes.curried import Stage, is_stage_factory, stage_factory
 from wdspipes.datapipe import StageDataPipe
-from wdspipes.errors import Handler, reraise_exception
+from wdspipes.errors import Handler, ResumeError, reraise_exception
 from wdspipes.grouping import SampleGrouper
 from wdspipes.io import ShardOpener
 from wdspipes.io.cache import DEFAULT_CACHE_SIZE, CacheDir, StorageOptions, opener_options
@@ -39,6 +39,8 @@ class IteratorStage(StageDataPipe[Any]):
     [0, 2, 4]
     """
 
+    keeps_refs = False
+
     def __init__(
         self, source_datapipe: IterDataPipe[Any], fn: Callable[[Iterator[Any]], Iterable[Any]]
     ) -> None:
@@ -48,6 +50,13 @@ class IteratorStage(StageDataPipe[Any]):
 
     def __iter__(self) -> Iterator[Any]:
         yield from self.fn(iter(self.source_datapipe))
+
+    def resume_state(self) -> None:
+        raise ResumeError(
+            f"IteratorStage ({getattr(self.fn, '__name__', self.fn)!r}, a plain function in "
+            "DataPipeline) cannot save its position: write it as a stage (wds.map, wds.select, "
+            "a StageDataPipe subclass with resume_state) to resume mid-epoch"
+        )
 
 
 def DataPipeline(*stages: Any) -> IterDataPipe[Any]:

@@ -164,6 +164,12 @@ class ShardResampler(StageDataPipe[str]):
     def set_seed(self, seed: int) -> None:
         self.seeding.set_seed(seed)
 
+    def resume_state(self) -> dict[str, Any]:
+        return {"seeding": self.seeding.state()}
+
+    def resume_from(self, state: dict[str, Any]) -> None:
+        self.seeding.load_state(state["seeding"])
+
     def __iter__(self) -> Iterator[str]:
         urls = list(self.source_datapipe)
         if not urls:

@@ -8,17 +8,22 @@ after it (samples) each shuffles differently.
 
 from __future__ import annotations
 
+import itertools
 import random
+from array import array
 from collections.abc import Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from torch.utils.data import IterDataPipe
 
 from wdspipes.curried import Stage, stage_factory
 from wdspipes.datapipe import StageDataPipe, functional_stage
+from wdspipes.errors import ResumeError
+from wdspipes.grouping import SampleGrouper
+from wdspipes.resume import sample_source_of
 from wdspipes.seeds import Seeding
 
-__all__ = ["BufferShuffler", "shuffle"]
+__all__ = ["BufferShuffler", "Draws", "shuffle"]
 
 T = TypeVar("T")
 
@@ -45,6 +50,8 @@ class BufferShuffler(StageDataPipe[T]):
     (True, False)
     """
 
+    keeps_refs = False
+
     def __init__(
         self,
         source_datapipe: IterDataPipe[T],
@@ -62,9 +69,18 @@ class BufferShuffler(StageDataPipe[T]):
         self.initial = min(initial, bufsize)
         self.seeding = Seeding(seed)
         self.enabled = True
+        # Resume bookkeeping (see wdspipes.resume): where the buffered samples live, as flat
+        # (shard number, offset) pairs in buffer order, the draws made, and what a restored
+        # state asks of the next iteration.
+        self.refs = array("q")
+        self.draws = Draws(())
+        self.tracking = False  # refs are kept (a reader upstream)
+        self.untracked: str | None = None
+        self._resume: dict[str, Any] | None = None
 
     def set_seed(self, seed: int) -> None:
         self.seeding.set_seed(seed)
+        self._resume = None
 
     def set_shuffle(self, shuffle: bool = True) -> BufferShuffler[T]:
         self.enabled = shuffle
@@ -74,32 +90,124 @@ class BufferShuffler(StageDataPipe[T]):
         if not self.enabled:
             yield from self.source_datapipe
             return
-        rng = self.seeding.next_rng(self)
+        resume, self._resume = self._resume, None
+        self.tracking, self.untracked = False, None
+        grouper = sample_source_of(self)
+        if isinstance(grouper, str):
+            self.untracked = grouper
+        elif grouper is not None:
+            self.tracking = True
+            self.seeding.mark()  # a sample shuffle: its own epoch, not the reader's
+        draws = self.draws = Draws(self.seeding.next_material(self))
         buffer: list[T] = []
+        refs = self.refs = array("q")
         source = iter(self.source_datapipe)
+        if resume is not None:  # the reader yields the buffered samples first
+            draws.skip(resume["draws"])
+            refs.frombytes(resume["buffer"])
+            buffer.extend(itertools.islice(source, len(refs) // 2))
+        track = grouper if isinstance(grouper, SampleGrouper) else None
         for item in source:
             buffer.append(item)
+            if track is not None:
+                refs.extend(track.last_ref)
             if len(buffer) < self.bufsize:  # grow: take one more while below bufsize
                 extra = next(source, _END)
                 if extra is not _END:
                     buffer.append(extra)  # type: ignore[arg-type]
+                    if track is not None:
+                        refs.extend(track.last_ref)
             if len(buffer) >= self.initial:
-                yield _take(buffer, rng)
+                yield _take(buffer, refs, draws)
         while buffer:
-            yield _take(buffer, rng)
+            yield _take(buffer, refs, draws)
 
     def __len__(self) -> int:
         return len(self.source_datapipe)  # a TypeError where the source has no length
+
+    def resume_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"seeding": self.seeding.state()}
+        if self.untracked is not None:
+            raise ResumeError(
+                f"BufferShuffler (buffer_shuffle) cannot save where the samples in its buffer "
+                f"live: {self.untracked} between it and the reader changes how many items come "
+                "out; shuffle before that stage"
+            )
+        if self.tracking:
+            state["draws"] = self.draws.count
+            state["buffer"] = self.refs.tobytes()
+        return state
+
+    def resume_from(self, state: dict[str, Any]) -> None:
+        self.seeding.load_state(state["seeding"])
+        self._resume = state if "buffer" in state else None
+
+    def resume_link(self) -> None:
+        """Ask the reader to yield the buffered samples again, first (after all stages have
+        taken their state back)."""
+        if self._resume is None:
+            return
+        grouper = sample_source_of(self)
+        if not isinstance(grouper, SampleGrouper):
+            raise ResumeError(
+                "BufferShuffler (buffer_shuffle): the state holds samples, but no reader is "
+                "upstream"
+            )
+        pairs = array("q", self._resume["buffer"])
+        grouper.read_again(list(zip(pairs[::2], pairs[1::2], strict=True)))
 
 
 _END: object = object()
 
 
-def _take(buffer: list[T], rng: random.Random) -> T:
-    """Remove and return a random item in O(1)."""
-    index = rng.randrange(len(buffer))
+def _take(buffer: list[T], refs: array[int], draws: Draws) -> T:
+    """Remove and return a random item in O(1), and its reference if refs are kept."""
+    index = draws.below(len(buffer))
     buffer[index], buffer[-1] = buffer[-1], buffer[index]
+    if refs:
+        where, last = 2 * index, len(refs) - 2
+        refs[where], refs[where + 1] = refs[last], refs[last + 1]
+        del refs[last:]
     return buffer.pop()
+
+
+class Draws:
+    """Random indexes for one epoch that can be taken up again from their count alone.
+
+    The generator is seeded anew every :attr:`BLOCK` draws from the epoch's seed material and
+    the block's number, so going back to draw ``n`` costs at most a block of draws, wherever
+    in the epoch ``n`` is.
+
+    >>> a = Draws(("seed", 1))
+    >>> first = [a.below(10) for _ in range(5000)]
+    >>> b = Draws(("seed", 1))
+    >>> b.skip(4990)
+    >>> [b.below(10) for _ in range(10)] == first[4990:]
+    True
+    """
+
+    BLOCK = 4096
+
+    def __init__(self, material: tuple[object, ...]) -> None:
+        self.material = material
+        self.count = 0
+        self._rng = random.Random(repr((material, 0)))
+
+    def below(self, size: int) -> int:
+        """A random index in ``range(size)``."""
+        count = self.count
+        if count and not count % self.BLOCK:
+            self._rng = random.Random(repr((self.material, count // self.BLOCK)))
+        self.count = count + 1
+        return int(self._rng.random() * size)
+
+    def skip(self, count: int) -> None:
+        """Go on as if ``count`` draws had been made."""
+        block, within = divmod(count, self.BLOCK)
+        self._rng = random.Random(repr((self.material, block)))
+        for _ in range(within):
+            self._rng.random()
+        self.count = count
 
 
 @stage_factory

@@ -46,9 +46,10 @@ from wdspipes.errors import (
     reraise_exception,
 )
 from wdspipes.io.local import BUFFER_SIZE
-from wdspipes.io.opener import ByteStream, ShardStream, close_quietly, shard_failure
+from wdspipes.io.opener import ByteStream, ShardOpener, ShardStream, close_quietly, shard_failure
 
 __all__ = [
+    "ShardCursor",
     "TarLoader",
     "TarMember",
     "detect_compression",
@@ -122,9 +123,10 @@ def iter_tar_tuples(stream: ByteStream, url: str) -> Iterator[Member]:
 class _TarWalk:
     """One forward pass over an archive: position, pending extension headers, last member."""
 
-    def __init__(self, stream: ByteStream, url: str) -> None:
+    def __init__(self, stream: ByteStream, url: str, start: int = 0) -> None:
         self.stream = stream
         self.url = url
+        self.start = start  # where the walk begins: a member's first header (see skip)
         self.offset = 0  # of the header being read
         self.member: str | None = None  # last member seen, to locate errors
         self.pending: list[dict[str, str]] = []  # GNU long names and PAX records, in order
@@ -144,6 +146,8 @@ class _TarWalk:
         checksums = _CHECKSUMS
         try:
             read, header = _open_payload(self.stream, self)
+            if self.start:
+                header = self._skip(read)
             while True:
                 # adler32's low half is (1 + byte sum) mod 65521: see _CHECKSUMS.
                 if (
@@ -198,6 +202,25 @@ class _TarWalk:
             raise ShardError(
                 self._after_member(f"reading failed: {exn}"), url=url, offset=self.offset
             ) from exn
+
+    def _skip(self, read: Read) -> bytes:
+        """Go on to offset ``start`` of the tar bytes, past the first block already read: by
+        seeking a local, uncompressed shard, else by reading (and decompressing) up to it.
+        Returns the block there."""
+        stream = self.stream
+        if read == stream.read and getattr(stream, "seekable", lambda: False)():
+            stream.seek(self.start)  # type: ignore[attr-defined]
+        else:
+            left = self.start - BLOCK
+            while left > 0:
+                skipped = len(read(min(left, 1 << 20)))
+                if not skipped:
+                    raise self.truncated(
+                        f"the shard ends before byte {self.start}, where a sample was"
+                    )
+                left -= skipped
+        self.offset = self.entry_offset = self.start
+        return _read_exact(read, BLOCK)
 
     def _rest_of_chunk(self, read: Read, chunk: bytes, name: str, size: int, end: int) -> bytes:
         """Complete a short read of data, padding and next header; raise if the data is cut.
@@ -583,7 +606,7 @@ class TarLoader(StageDataPipe[TarMember]):
             yield TarMember._make(member)
 
     def iter_members(
-        self, local_path: list[str | None] | None = None
+        self, cursor: ShardCursor | None = None, start: int = 0
     ) -> Iterator[tuple[str, bytes, int, str]]:
         """The members as plain tuples, without the per-item hooks torch wraps around
         ``__iter__``.
@@ -592,15 +615,20 @@ class TarLoader(StageDataPipe[TarMember]):
         grain of the pipeline, and the hooks would cost more than parsing them.
 
         Args:
-            local_path: if given, a list of one item, set to each shard's local file (the
-                stream's ``local_path``, None if it has none) before its first member is
-                yielded.
+            cursor: if given, set to each shard's number and local file before its first
+                member is yielded.
+            start: the byte offset in the first shard to begin at (a member's first header),
+                when resuming.
         """
-        for url, stream in self.source_datapipe:
-            if local_path is not None:
-                local_path[0] = getattr(stream, "local_path", None)
+        opener = self.source_datapipe
+        counted = isinstance(opener, ShardOpener)
+        for number, (url, stream) in enumerate(opener, start=1):
+            if cursor is not None:
+                cursor.number = opener.taken if counted else number
+                cursor.local_path = getattr(stream, "local_path", None)
             try:
-                yield from _TarWalk(stream, url).members()
+                yield from _TarWalk(stream, url, start).members()
+                start = 0
                 stream.close()
             except Exception as exn:
                 error = shard_failure(exn, url, stream)
@@ -608,6 +636,17 @@ class TarLoader(StageDataPipe[TarMember]):
                     return
             finally:
                 close_quietly(stream)
+
+
+class ShardCursor:
+    """Which shard a reader is in: its number among the shards this reader opened in this
+    epoch (counted from 1, as ``open_shards`` counts them), and its local file if any."""
+
+    __slots__ = ("local_path", "number")
+
+    def __init__(self) -> None:
+        self.number = 0
+        self.local_path: str | None = None
 
 
 @stage_factory

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import textwrap
 import time
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
@@ -27,6 +27,7 @@ from tqdm import tqdm
 from wdspipes.datapipe import Sample
 from wdspipes.grouping import SampleGrouper
 from wdspipes.io.opener import ShardOpener
+from wdspipes.progress import progress
 from wdspipes.shards import ShardList, expand_urls
 from wdspipes.tar import TarLoader
 from wdspipes.writers import TarWriter
@@ -114,30 +115,6 @@ def summarize(text: str, err: bool = False) -> None:
     """Write a command's closing summary, one paragraph wrapped to 100 columns, on stdout (on
     stderr where stdout carries the output)."""
     click.echo(textwrap.fill(one_line(text), width=100), err=err)
-
-
-def progress(
-    iterable: Iterable[T] | None = None,
-    *,
-    total: int | None = None,
-    unit: str = "it",
-    desc: str | None = None,
-) -> Any:
-    """A tqdm bar on stderr that shows only when stderr is a terminal and vanishes when done.
-
-    Use it as a context manager (or iterate it to the end) so that an error closes it before
-    the error line is written.
-    """
-    return tqdm(
-        iterable,
-        total=total,
-        unit=unit,
-        desc=desc,
-        file=sys.stderr,
-        disable=None,
-        leave=False,
-        dynamic_ncols=True,
-    )
 
 
 def expand_shards(specs: Sequence[str]) -> list[str]:

@@ -143,7 +143,8 @@ class ShardCache:
         (teeing into the cache if no other reader is fetching it right now).
 
         Raises:
-            whatever ``open_url`` raises; OSError for a cache directory that cannot be made.
+            Exception: whatever ``open_url`` raises.
+            OSError: the cache directory cannot be made.
         """
         if url == "-":
             return open_url(url)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol
 
@@ -13,6 +14,7 @@ from wdspipes.datapipe import StageDataPipe, functional_stage
 from wdspipes.distributed import check_split, warn_idle_reader
 from wdspipes.errors import (
     Handler,
+    ResumeError,
     ShardError,
     ShardOpenError,
     WdsError,
@@ -31,6 +33,7 @@ from wdspipes.io.http import open_ais, open_http
 from wdspipes.io.local import open_file, open_stdin, url_scheme
 from wdspipes.io.pipe import open_pipe
 from wdspipes.io.stores import STORE_EXTRAS, fsspec_protocols, open_fsspec
+from wdspipes.resume import mark_shard_stages
 
 __all__ = [
     "SCHEMES",
@@ -202,14 +205,40 @@ class ShardOpener(StageDataPipe[ShardStream]):
         self.handler = handler
         self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_size)
         self.storage_options = storage_options
+        # Resume bookkeeping (see wdspipes.resume): shards taken this epoch and a checksum
+        # of their URLs, the seeds given to torch shuffles before this stage, what a restored
+        # state asks of the next iteration, and the URLs of shards to read again.
+        self.taken = 0
+        self.digest = 0
+        self.shuffle_seeds: dict[str, int] = {}
+        self._seeds: dict[str, int] | None = None
+        self._saved: tuple[int, int] | None = None
+        self._target: tuple[int | None, set[int]] | None = None
+        self.replay_urls: dict[int, str] = {}
 
     def __iter__(self) -> Iterator[ShardStream]:
         expected = check_split(self)
         received = 0
         if self.cache is not None:
             self.cache.make_directory()
+        seeds, self._seeds = self._seeds, None
+        target, self._target = self._target, None
+        saved, self._saved = self._saved, None
+        self.shuffle_seeds = mark_shard_stages(self, seeds)
+        self.taken = self.digest = 0
+        self.replay_urls = {}
         for url in self.source_datapipe:
             received += 1
+            self.taken += 1
+            self.digest = zlib.crc32(url.encode("utf-8", "surrogatepass"), self.digest)
+            if target is not None:
+                number, wanted = target
+                if self.taken in wanted:
+                    self.replay_urls[self.taken] = url
+                if number is None or self.taken < number:
+                    continue
+                self._check_resumed(saved)
+                target = None
             try:
                 stream = self._open(url)
             except ShardOpenError as exn:
@@ -220,8 +249,44 @@ class ShardOpener(StageDataPipe[ShardStream]):
                 yield ShardStream(url, stream)
             finally:
                 close_quietly(stream)
+        if target is not None:
+            self._check_resumed(saved)
         if expected is None and not received:
             warn_idle_reader(self)
+
+    def resume_state(self) -> dict[str, Any]:
+        return {"taken": self.taken, "digest": self.digest, "shuffle_seeds": self.shuffle_seeds}
+
+    def resume_from(self, state: dict[str, Any]) -> None:
+        self._seeds = dict(state["shuffle_seeds"])
+        self._saved = (state["taken"], state["digest"])
+
+    def resume_at(self, number: int | None, wanted: set[int]) -> None:
+        """Next iteration, skip the shards before number ``number`` (all of them if None),
+        noting the URLs of the numbers in ``wanted`` in :attr:`replay_urls`."""
+        self._target = (number, wanted)
+
+    def set_seed(self, seed: int) -> None:
+        """A loader begins an epoch: a state loaded before is dropped (see wdspipes.resume)."""
+        self._seeds = self._saved = self._target = None
+
+    def open_again(self, url: str) -> ByteStream:
+        """Open a shard read before, to read some of its samples again."""
+        try:
+            return self._open(url)
+        except ShardOpenError as exn:
+            raise ResumeError(f"cannot open a shard again to resume: {exn}") from exn
+
+    def _check_resumed(self, saved: tuple[int, int] | None) -> None:
+        """Raise unless the shards skipped to resume are the ones read before the state was
+        saved (by count and by a checksum of their URLs)."""
+        if saved is None or (self.taken, self.digest) == saved:
+            return
+        raise ResumeError(
+            f"the shards differ from those the state was saved with: of this reader's first "
+            f"{saved[0]} shard URLs then, {self.taken} were found now, with other names or order "
+            "(a changed shard list, seed or split)"
+        )
 
     def _open(self, url: str) -> ByteStream:
         if self.cache is None:

@@ -1,0 +1,162 @@
+"""State size and restore time of a pipeline saved at several points of an epoch.
+
+    python benchmarks/resume_speed.py --markdown --repeat 5
+    python benchmarks/resume_speed.py --quick        # smoke run on tiny shards
+
+Writes shards of 1 KB samples into a temporary directory, then for each cut point k reads k
+samples through ``WebDataset(shardshuffle=True).buffer_shuffle(1000).decode()``, takes
+``state_dict()`` and measures, best of ``--repeat`` runs:
+
+- the size of the pickled state and the shards a restored pipeline opens;
+- the time from ``load_state_dict`` on a new pipeline to its first sample;
+- for reference, the time to get there without a state: a new pipeline reading k samples.
+
+Target: restore time independent of how far into the epoch the state was taken, i.e. the
+slowest restore after the buffer has filled is at most twice the fastest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from common import apply_size_defaults, format_table, import_libraries, print_header, verdict
+from common import print_section as section
+
+import wdspipes as wds
+
+BUFFER = 1000
+
+
+def pipeline(urls: str) -> Any:
+    return wds.WebDataset(urls, shardshuffle=True, seed=0).buffer_shuffle(BUFFER, seed=1).decode()
+
+
+def write_shards(directory: Path, shards: int, per_shard: int) -> str:
+    for shard in range(shards):
+        with wds.TarWriter(str(directory / f"s-{shard:04d}.tar")) as sink:
+            for index in range(per_shard):
+                sink.write(
+                    {"__key__": f"{shard:04d}{index:06d}", "cls": index % 10, "bin": bytes(1000)}
+                )
+    return f"{directory}/s-{{0000..{shards - 1:04d}}}.tar"
+
+
+def best_of(repeat: int, run: Any) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def measure(urls: str, cut: int, repeat: int) -> dict[str, float]:
+    pipe = pipeline(urls)
+    items = iter(pipe)
+    for _ in range(cut):
+        next(items)
+    state = pipe.state_dict()
+
+    opened: list[str] = []
+    original = wds.io.opener.open_url
+
+    def counting(url: str, **options: Any) -> Any:
+        opened.append(url)
+        return original(url, **options)
+
+    def restore() -> None:
+        again = pipeline(urls)
+        again.load_state_dict(state)
+        next(iter(again))
+
+    def skip() -> None:
+        fresh = iter(pipeline(urls))
+        for _ in range(cut + 1):
+            next(fresh)
+
+    wds.io.opener.open_url = counting
+    try:
+        restore()
+    finally:
+        wds.io.opener.open_url = original
+    return {
+        "size": len(pickle.dumps(state)),
+        "opened": len(set(opened)),
+        "restore": best_of(repeat, restore),
+        "skip": best_of(repeat, skip),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--shards", type=int, help="shards (40; quick 4)")
+    parser.add_argument("--per-shard", type=int, help="1 KB samples per shard (1000; quick 500)")
+    parser.add_argument("--repeat", type=int, help="runs per measurement, best reported (5; 1)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
+    parser.add_argument("--markdown", action="store_true", help="print tables as Markdown")
+    args = parser.parse_args(argv)
+    apply_size_defaults(
+        parser, args, {"shards": (40, 4), "per_shard": (1000, 500), "repeat": (5, 1)}
+    )
+    total = args.shards * args.per_shard
+    if total < 2 * BUFFER:
+        parser.error(f"--shards x --per-shard must be at least {2 * BUFFER} (the buffer twice)")
+    versions = import_libraries(["torch", "torchdata"])
+    print_header(versions, f"best of {args.repeat} runs per cut point", args.markdown)
+    cuts = sorted({1, BUFFER, total // 10, total // 2, total - BUFFER})
+    results: dict[int, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory() as directory:
+        urls = write_shards(Path(directory), args.shards, args.per_shard)
+        for cut in cuts:
+            results[cut] = measure(urls, cut, args.repeat)
+            print(
+                f"  read {cut:,}: restored in {results[cut]['restore'] * 1000:.1f} ms",
+                file=sys.stderr,
+            )
+
+    section(
+        f"{args.shards} shards x {args.per_shard:,} samples of 1 KB, "
+        f"WebDataset(shardshuffle=True).buffer_shuffle({BUFFER}).decode()",
+        args.markdown,
+    )
+    headers = [
+        "samples read before the state",
+        "state size (pickled)",
+        "shards opened to restore",
+        "restore to first sample",
+        "without a state: read again",
+    ]
+    rows = [
+        [
+            f"{cut:,}",
+            f"{r['size'] / 1000:.1f} kB",
+            f"{r['opened']:.0f}",
+            f"{r['restore'] * 1000:.1f} ms",
+            f"{r['skip'] * 1000:,.1f} ms",
+        ]
+        for cut, r in results.items()
+    ]
+    print(format_table(headers, rows, args.markdown))
+
+    section("target", args.markdown)
+    full = [r["restore"] for cut, r in results.items() if cut >= BUFFER]
+    ratio = max(full) / min(full)
+    mark = "- " if args.markdown else ""
+    print(
+        f"{mark}restore time independent of the cut point, once the buffer is full: slowest "
+        f"{max(full) * 1000:.1f} ms / fastest {min(full) * 1000:.1f} ms = {ratio:.2f} "
+        f"(at most 2): {verdict(ratio <= 2)}"
+    )
+    if args.quick:
+        print(f"{mark}(--quick: too few runs to judge)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""Checkpoint a training run mid-epoch and resume it exactly, with StatefulDataLoader.
+
+Each checkpoint holds the model, the optimizer and the loader's state (a few KB: shard
+numbers, byte offsets and seed counters, not samples). Kill the process at any time; run the
+same command again and it goes on from the last checkpoint, with exactly the batches the
+uninterrupted run would have had::
+
+    python examples/resume_training.py --shards 'data/train-{0000..0007}.tar' --directory run/
+
+The keys of the samples trained on are logged to ``DIRECTORY/trained.log`` (one line per
+step) and, at the end, to ``DIRECTORY/trained.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+import wdspipes as wds
+
+CLASSES = 7
+
+
+def pipeline(shards: str) -> Any:
+    """Shards shuffled, samples shuffled in a buffer of 1000, batches of 16 keys and labels."""
+    return (
+        wds.WebDataset(shards, shardshuffle=True, seed=0)
+        .buffer_shuffle(1000, seed=1)
+        .decode()
+        .to_tuple("__key__", "cls")
+        .batched(16)
+    )
+
+
+def save(path: Path, checkpoint: dict[str, Any]) -> None:
+    """Write the checkpoint under a temporary name, then rename it: never a torn one."""
+    partial = path.with_suffix(".partial")
+    torch.save(checkpoint, partial)
+    os.replace(partial, path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shards", required=True, help="a shard spec, as WebDataset takes it")
+    parser.add_argument("--directory", type=Path, required=True, help="checkpoint and logs")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--checkpoint-every", type=int, default=50, help="steps")
+    parser.add_argument("--slow", action="store_true", help="sleep 50 ms a step")
+    args = parser.parse_args()
+
+    args.directory.mkdir(parents=True, exist_ok=True)
+    checkpoint_path = args.directory / "checkpoint.pt"
+    log_path = args.directory / "trained.log"
+    torch.manual_seed(0)
+    model = torch.nn.Linear(1, CLASSES)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = StatefulDataLoader(pipeline(args.shards), num_workers=args.workers, batch_size=None)
+    epoch = steps = 0
+    if checkpoint_path.exists():
+        checkpoint = torch.load(checkpoint_path, weights_only=False)
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        loader.load_state_dict(checkpoint["loader"])
+        epoch, steps = checkpoint["epoch"], checkpoint["steps"]
+        print(f"resuming epoch {epoch} at step {steps} from {checkpoint_path}")
+    # The log keeps exactly the steps the checkpoint covers: later ones are trained again.
+    lines = log_path.read_text().splitlines()[:steps] if log_path.exists() else []
+    log_path.write_text("".join(line + "\n" for line in lines))
+
+    with log_path.open("a") as log:
+        while epoch < args.epochs:
+            for keys, labels in loader:
+                features = labels.float().unsqueeze(1) / CLASSES
+                loss = torch.nn.functional.cross_entropy(model(features), labels)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                steps += 1
+                log.write(json.dumps(list(keys)) + "\n")
+                log.flush()
+                if steps % args.checkpoint_every == 0:
+                    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+                    state |= {"loader": loader.state_dict(), "epoch": epoch, "steps": steps}
+                    save(checkpoint_path, state)
+                if args.slow:
+                    time.sleep(0.05)
+            epoch += 1
+    trained = [key for line in log_path.read_text().splitlines() for key in json.loads(line)]
+    (args.directory / "trained.json").write_text(json.dumps(trained))
+    print(f"trained {steps} steps on {len(trained)} samples; keys in {log_path}")
+
+
+if __name__ == "__main__":
+    main()

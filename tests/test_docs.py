@@ -1,0 +1,145 @@
+"""The documentation site: it builds with ``mkdocs build --strict`` (a warning of any kind, such
+as a broken link or anchor, a page missing from the nav or a docstring griffe cannot parse,
+fails the build), and its pages cover what they promise: every stage on the Stages page, every
+public name in the API reference, every recorded benchmark table on the Performance page.
+
+The ``>>>`` examples of the pages run as doctests, collected from docs/ (see docs/conftest.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from torch.utils.data import IterDataPipe
+
+import wdspipes as wds
+from wdspipes.curried import is_stage_factory
+from wdspipes.datapipe import registered_stage
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+
+
+def load_module(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built once for this module; any warning fails with mkdocs' whole output."""
+    directory = tmp_path_factory.mktemp("site")
+    command = [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet"]
+    command += ["--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(directory)]
+    # The theme prints a banner about its successor unless told not to; it is no warning.
+    environment = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    result = subprocess.run(
+        command, cwd=ROOT, env=environment, capture_output=True, text=True, timeout=240
+    )
+    output = result.stdout + result.stderr
+    if result.returncode != 0 or "WARNING" in output:
+        pytest.fail(f"mkdocs build --strict failed (status {result.returncode}):\n{output}")
+    return directory
+
+
+def test_the_site_builds_strictly(site: Path) -> None:
+    for page in ["index.html", "getting-started/index.html", "api/pipeline/index.html"]:
+        assert (site / page).is_file(), page
+    assert not (site / "conftest.py").exists(), "docs/conftest.py is no page"
+
+
+def inventory(site: Path) -> set[str]:
+    """The objects mkdocstrings rendered, and the aliases that reach them."""
+    header_and_body = (site / "objects.inv").read_bytes().split(b"\n", 4)
+    body = zlib.decompress(header_and_body[4]).decode()
+    return {line.split(" ", 1)[0] for line in body.splitlines()}
+
+
+def test_every_public_name_is_in_the_api_reference(site: Path) -> None:
+    documented = inventory(site)
+    missing = [name for name in wds.__all__ if f"wdspipes.{name}" not in documented]
+    assert not missing, (
+        f"public names not rendered by any ::: directive under docs/api/: {missing} "
+        "(add their module to a page there)"
+    )
+
+
+def stage_names() -> tuple[set[str], set[str]]:
+    """The functional names wdspipes registers, and its curried stages for DataPipeline."""
+    functional = {name for name in IterDataPipe.functions if registered_stage(name) is not None}
+    curried = {name for name in wds.__all__ if is_stage_factory(getattr(wds, name))}
+    return functional, curried
+
+
+def test_every_stage_has_an_example_on_the_stages_page() -> None:
+    page = (DOCS / "guide" / "stages.md").read_text()
+    examples = "\n".join(line for line in page.splitlines() if line.startswith((">>>", "...")))
+    functional, curried = stage_names()
+    assert functional and curried
+    sources = {"ShardList", "SimpleShardList", "ResampledShards", "IteratorStage", "Stage"}
+    wanted = [rf"\.{name}\(" for name in sorted(functional)]
+    wanted += [rf"\bwds\.{name}\b" for name in sorted(curried | sources)]
+    wanted += [r"\bwds\.split_by_node\b", r"\bwds\.split_by_worker\b"]
+    missing = [pattern for pattern in wanted if not re.search(pattern, examples)]
+    assert not missing, f"docs/guide/stages.md has no example of {missing}"
+
+
+@pytest.fixture(scope="module")
+def plots() -> ModuleType:
+    return load_module(ROOT / "benchmarks" / "plots.py")
+
+
+def test_the_performance_page_holds_the_recorded_results(plots: ModuleType) -> None:
+    page = (DOCS / "performance.md").read_text()
+    results = plots.load()
+    stale = [
+        table_id
+        for table_id, table in plots.tables(results).items()
+        if plots.render_table(table) not in page
+    ]
+    assert not stale, (
+        f"tables of benchmarks/results.json not on docs/performance.md as printed by "
+        f"`python benchmarks/plots.py --markdown`: {stale}"
+    )
+    for benchmark in results["benchmarks"]:
+        assert benchmark["command"] in page or all(
+            table.get("command", "") in page for table in benchmark["tables"]
+        ), benchmark["id"]
+
+
+def test_the_plots_are_drawn_from_the_results(plots: ModuleType, tmp_path: Path) -> None:
+    written = plots.draw(plots.load(), tmp_path)
+    assert sorted(path.name for path in written) == sorted(plots.PLOTS)
+    for path in written:
+        assert path.read_bytes().startswith(b"\x89PNG")
+        committed = DOCS / "images" / path.name
+        assert committed.is_file(), f"{committed} is missing: run benchmarks/plots.py"
+        assert f"images/{path.name}" in (DOCS / "performance.md").read_text()
+
+
+def test_docstring_examples_are_fenced_for_the_api_reference() -> None:
+    fences = load_module(DOCS / "_ext" / "doctest_fences.py")
+    docstring = "Summary.\n\n>>> f(1)  # doctest: +ELLIPSIS\n2\n>>> g(\n...     3)\n\nAfter."
+    assert fences.fence_examples(docstring) == (
+        "Summary.\n\n```pycon\n>>> f(1)\n2\n>>> g(\n...     3)\n```\n\nAfter."
+    )
+    fenced = "```python\n>>> kept\n```"
+    assert fences.fence_examples(fenced) == fenced
+    assert fences.link_roles("see :func:`~wdspipes.shards.expand_urls`", "wdspipes.x") == (
+        'see <autoref identifier="wdspipes.shards.expand_urls" optional>'
+        "<code>expand_urls</code></autoref>"
+    )
+    assert 'identifier="wdspipes.batch.collate"' in fences.link_roles(
+        ":func:`collate`", "wdspipes.batch"
+    )

@@ -1,0 +1,350 @@
+"""Mid-epoch resume: a loader restored from a state taken after k items yields what an
+uninterrupted run yields after its first k, for 0 and 2 workers, across epoch boundaries,
+and through a killed process."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from array import array
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import IterDataPipe
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+import wdspipes as wds
+from wdspipes.errors import ResumeError
+
+SHARDS, PER_SHARD = 8, 120
+EPOCH = SHARDS * PER_SHARD
+PAYLOAD = b"PAYLOAD-" * 8
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "resume_training.py"
+
+
+@pytest.fixture(scope="module")
+def urls(tmp_path_factory: pytest.TempPathFactory) -> str:
+    directory = tmp_path_factory.mktemp("resume")
+    for shard in range(SHARDS):
+        with wds.TarWriter(str(directory / f"s-{shard}.tar")) as sink:
+            for index in range(PER_SHARD):
+                sink.write({"__key__": f"{shard:02d}{index:04d}", "cls": index % 7, "bin": PAYLOAD})
+    return f"{directory}/s-{{0..{SHARDS - 1}}}.tar"
+
+
+def webdataset(urls: str) -> IterDataPipe[Any]:
+    return (
+        wds.WebDataset(urls, shardshuffle=True, seed=3)
+        .buffer_shuffle(1000, initial=100, seed=4)
+        .map_dict(cls=int)
+        .to_tuple("__key__", "cls")
+    )
+
+
+def data_pipeline(urls: str) -> IterDataPipe[Any]:
+    return wds.DataPipeline(
+        wds.SimpleShardList(urls),
+        wds.shuffle(SHARDS, initial=SHARDS, seed=5),
+        wds.split_by_node,
+        wds.split_by_worker,
+        wds.tarfile_to_samples(),
+        wds.shuffle(1000, seed=6),
+        wds.decode(),
+        wds.to_tuple("__key__", "cls"),
+    )
+
+
+def functional(urls: str) -> IterDataPipe[Any]:
+    return (
+        wds.ShardList(urls)
+        .buffer_shuffle(SHARDS, initial=SHARDS, seed=10)
+        .sharding_filter()
+        .open_shards()
+        .load_tar()
+        .group_samples()
+        .decode()
+        .buffer_shuffle(1000, seed=7)
+        .to_tuple("__key__", "cls")
+    )
+
+
+def resampled(urls: str) -> IterDataPipe[Any]:
+    return (
+        wds.WebDataset(urls, resampled=True, nshards=SHARDS, seed=8)
+        .buffer_shuffle(1000, seed=9)
+        .to_tuple("__key__", "cls")
+    )
+
+
+PIPELINES: dict[str, Callable[[str], IterDataPipe[Any]]] = {
+    "WebDataset": webdataset,
+    "DataPipeline": data_pipeline,
+    "functional": functional,
+    "resampled": resampled,
+}
+
+
+def run(
+    pipe: IterDataPipe[Any],
+    workers: int,
+    epochs: int,
+    stop: int | None = None,
+    state: dict[str, Any] | None = None,
+) -> tuple[list[list[str]], dict[str, Any] | None]:
+    """Keys per epoch; with ``stop``, the loader's state after that many items."""
+    loader = StatefulDataLoader(pipe, num_workers=workers, batch_size=None, generator=None)
+    if state is not None:
+        loader.load_state_dict(state)
+    seen: list[list[str]] = []
+    count = 0
+    for _ in range(epochs):
+        seen.append([])
+        for key, _label in loader:
+            seen[-1].append(key)
+            count += 1
+            if count == stop:
+                return seen, loader.state_dict()
+    return seen, None
+
+
+def resumed_run(
+    build: Callable[[], IterDataPipe[Any]], workers: int, epochs: int, stop: int
+) -> list[list[str]]:
+    """Stop after ``stop`` items, then a new loader over a new pipeline goes on."""
+    before, state = run(build(), workers, epochs, stop)
+    assert state is not None
+    state = pickle.loads(pickle.dumps(state))  # as a checkpoint file would keep it
+    after, _ = run(build(), workers, epochs - len(before) + 1, state=state)
+    return [*before[:-1], before[-1] + after[0], *after[1:]]
+
+
+CUTS = {
+    "first item": 1,
+    "in the shuffle buffer's warm-up": 40,
+    "middle of a shard": 187,
+    "just before an epoch boundary": EPOCH - 1,
+    "at an epoch boundary": EPOCH,
+    "just after an epoch boundary": EPOCH + 1,
+    "in the second epoch": EPOCH + 333,
+}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("name", list(PIPELINES))
+def test_resume_gives_the_uninterrupted_sequence(urls: str, name: str, workers: int) -> None:
+    build = PIPELINES[name]
+    expected, _ = run(build(urls), workers, 2)
+    assert [len(epoch) for epoch in expected] == [EPOCH, EPOCH]
+    assert expected[0] != expected[1]  # the epochs differ: restored epoch numbers matter
+    for cut, stop in CUTS.items():
+        got = resumed_run(lambda: build(urls), workers, 2, stop)
+        assert got == expected, f"{name}, {workers} workers, cut {cut} (after {stop} items)"
+
+
+def test_torch_shuffle_before_the_reader_resumes_within_its_epoch(urls: str) -> None:
+    """torch's own ``shuffle`` takes the loader's seed: the state keeps the epoch's."""
+
+    def build() -> IterDataPipe[Any]:
+        pipe = wds.ShardList(urls).shuffle().sharding_filter().open_shards().load_tar()
+        return pipe.group_samples().to_tuple("__key__", "cls")
+
+    torch.manual_seed(0)  # the loader's seed for the reference run and the interrupted one
+    expected, _ = run(build(), 0, 1)
+    torch.manual_seed(0)
+    before, state = run(build(), 0, 1, stop=200)
+    torch.manual_seed(1)  # the resumed loader's own seed does not matter
+    after, _ = run(build(), 0, 1, state=state)
+    assert before[0] + after[0] == expected[0]
+
+
+def test_a_for_loop_resumes_from_the_pipeline_state(urls: str) -> None:
+    expected = [key for key, _ in webdataset(urls)]
+    for stop in (1, 99, 500, EPOCH - 1):
+        pipe = webdataset(urls)
+        items = iter(pipe)
+        first = [next(items)[0] for _ in range(stop)]
+        again = webdataset(urls)
+        again.load_state_dict(pipe.state_dict())
+        assert first + [key for key, _ in again] == expected
+
+
+def test_the_state_is_positions_not_sample_bytes(urls: str) -> None:
+    pipe = webdataset(urls)
+    items = iter(pipe)
+    for _ in range(300):  # the buffer holds 1000 - (300 - 1) ... about 700 samples
+        next(items)
+    state = pickle.dumps(pipe.state_dict())
+    assert PAYLOAD not in state
+    assert len(state) < 20 * 1000 + 4096  # (shard, offset) pairs and a few counters
+
+
+def test_restoring_reads_only_the_shards_it_needs(
+    urls: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pipe = wds.WebDataset(urls, seed=3).buffer_shuffle(50, initial=50, seed=4)
+    items = iter(pipe)
+    for _ in range(3 * PER_SHARD + 10):  # into the fourth shard; the buffer spans the third
+        next(items)
+    state = pipe.state_dict()
+    opened: list[str] = []
+    original = wds.io.opener.open_url
+
+    def counting(url: str, **options: Any) -> Any:
+        opened.append(os.path.basename(url))
+        return original(url, **options)
+
+    monkeypatch.setattr(wds.io.opener, "open_url", counting)
+    again = wds.WebDataset(urls, seed=3).buffer_shuffle(50, initial=50, seed=4)
+    again.load_state_dict(state)
+    next(iter(again))
+    stages = state["stages"]
+    refs = array("q", stages["5:BufferShuffler"]["buffer"])
+    shard, _offset = stages["4:SampleGrouper"]["next"]
+    needed = {f"s-{number - 1}.tar" for number in [*refs[::2], shard]}  # no shard shuffle
+    assert set(opened) == needed  # no other shard
+    assert len(opened) <= len(needed) + 1  # once each; the current one again to read on
+    assert "s-0.tar" not in opened
+
+
+def test_another_worker_count_is_refused_clearly(urls: str) -> None:
+    _, state = run(webdataset(urls), 2, 1, stop=10)
+    assert state is not None
+    for workers in (0, 1):
+        loader = StatefulDataLoader(webdataset(urls), num_workers=workers, batch_size=None)
+        with pytest.raises(ResumeError, match=f"with 2 workers, and this one has {workers}"):
+            loader.load_state_dict(state)
+    _, state = run(webdataset(urls), 0, 1, stop=10)
+    loader = StatefulDataLoader(webdataset(urls), num_workers=2, batch_size=None)
+    with pytest.raises(ResumeError, match="with 0 workers, and this one has 2"):
+        loader.load_state_dict(state)
+
+
+def test_another_pipeline_or_shard_list_is_refused(urls: str, tmp_path: Path) -> None:
+    pipe = webdataset(urls)
+    items = iter(pipe)
+    next(items)
+    state = pipe.state_dict()
+    other = wds.WebDataset(urls).to_tuple("__key__", "cls")
+    with pytest.raises(ResumeError, match="saved from another pipeline"):
+        other.load_state_dict(state)
+    with pytest.raises(ResumeError, match="not a wdspipes pipeline state"):
+        other.load_state_dict({"format": "something else"})
+    fewer = urls.replace(f"{{0..{SHARDS - 1}}}", "{0..3}")
+    renamed = webdataset(fewer)
+    renamed.load_state_dict(state)
+    with pytest.raises(ResumeError, match="the shards differ"):
+        list(renamed)
+
+
+def test_a_split_among_other_readers_is_refused(urls: str) -> None:
+    pipe = webdataset(urls)
+    items = iter(pipe)
+    next(items)
+    state = pipe.state_dict()
+    again = webdataset(urls)
+    wds_apply_sharding(again, 2, 1)
+    with pytest.raises(ResumeError, match=r"split among 1 readers .* this pipeline has 2"):
+        again.load_state_dict(state)
+
+
+def wds_apply_sharding(pipe: IterDataPipe[Any], instances: int, index: int) -> None:
+    from torch.utils.data.graph_settings import apply_sharding
+
+    apply_sharding(pipe, instances, index)
+
+
+def evens(items: Any) -> Any:
+    return (item for item in items if int(item["__key__"]) % 2 == 0)
+
+
+@pytest.mark.parametrize(
+    ("build", "named"),
+    [
+        (lambda urls: wds.DataPipeline(urls, wds.tarfile_to_samples(), evens), "IteratorStage"),
+        (
+            lambda urls: wds.WebDataset(urls).shuffle(buffer_size=10).to_tuple("__key__"),
+            r"ShufflerIterDataPipe \(shuffle\)",
+        ),
+        (
+            lambda urls: wds.WebDataset(urls).batched(7, collation_fn=None).buffer_shuffle(3),
+            r"Batcher \(batched\)",
+        ),
+        (
+            lambda urls: wds.WebDataset(urls).batched(7, collation_fn=None).unbatched(),
+            r"Unbatcher \(unbatched\)",
+        ),
+        (lambda urls: wds.ShardList(urls).open_shards().load_tar(), "the end of the pipeline"),
+    ],
+)
+def test_a_stage_that_cannot_save_its_state_is_named(
+    urls: str, build: Callable[[str], IterDataPipe[Any]], named: str
+) -> None:
+    pipe = build(urls)
+    items = iter(pipe)
+    next(items)
+    with pytest.raises(ResumeError, match=named):
+        pipe.state_dict()
+
+
+def test_stages_after_the_buffer_keep_their_counts(urls: str) -> None:
+    def build() -> IterDataPipe[Any]:
+        return (
+            wds.WebDataset(urls, resampled=True, seed=1)
+            .buffer_shuffle(100, seed=2)
+            .with_epoch(250)
+            .islice(3, None, 2)
+            .batched(4, collation_fn=None)
+        )
+
+    expected = [[s["__key__"] for s in batch] for batch in build()]
+    pipe = build()
+    first = [[s["__key__"] for s in batch] for batch in take(pipe, 10)]
+    again = build()
+    again.load_state_dict(pipe.state_dict())
+    rest = [[s["__key__"] for s in batch] for batch in again]
+    assert first + rest == expected
+
+
+def take(pipe: IterDataPipe[Any], count: int) -> list[Any]:
+    items = iter(pipe)
+    return [next(items) for _ in range(count)]
+
+
+def test_training_resumes_after_sigkill(urls: str, tmp_path: Path) -> None:
+    """A training process writes a checkpoint, is killed with SIGKILL, and a new process
+    goes on from the checkpoint: the samples trained on are those of an uninterrupted run."""
+    shards = urls.rpartition("/")[0]
+    common = [sys.executable, str(EXAMPLE), "--shards", f"{shards}/s-{{0..{SHARDS - 1}}}.tar"]
+    common += ["--epochs", "2", "--workers", "2", "--checkpoint-every", "25"]
+    whole = tmp_path / "whole"
+    subprocess.run([*common, "--directory", str(whole)], check=True, timeout=300)
+    expected = json.loads((whole / "trained.json").read_text())
+    assert len(expected) == 2 * EPOCH
+
+    killed = tmp_path / "killed"
+    child = subprocess.Popen([*common, "--directory", str(killed), "--slow"])
+    try:
+        deadline = time.monotonic() + 240
+        while _steps(killed) < 80:  # past the checkpoint at step 75, in the second epoch
+            assert child.poll() is None, "the training process ended before it was killed"
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.wait(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+    subprocess.run([*common, "--directory", str(killed)], check=True, timeout=300)
+    assert json.loads((killed / "trained.json").read_text()) == expected
+
+
+def _steps(directory: Path) -> int:
+    log = directory / "trained.log"
+    return len(log.read_text().splitlines()) if log.exists() else 0

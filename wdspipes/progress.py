@@ -1,0 +1,37 @@
+"""Progress bars for long work: the ``wdspipes`` command and the demo share them."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from typing import Any, TypeVar
+
+from tqdm import tqdm
+
+__all__ = ["progress"]
+
+T = TypeVar("T")
+
+
+def progress(
+    iterable: Iterable[T] | None = None,
+    *,
+    total: int | None = None,
+    unit: str = "it",
+    desc: str | None = None,
+) -> Any:
+    """A tqdm bar on stderr that shows only when stderr is a terminal and vanishes when done.
+
+    Use it as a context manager (or iterate it to the end) so that an error closes it before
+    the error line is written.
+    """
+    return tqdm(
+        iterable,
+        total=total,
+        unit=unit,
+        desc=desc,
+        file=sys.stderr,
+        disable=None,
+        leave=False,
+        dynamic_ncols=True,
+    )
