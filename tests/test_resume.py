@@ -149,6 +149,60 @@ def test_resume_gives_the_uninterrupted_sequence(urls: str, name: str, workers: 
         assert got == expected, f"{name}, {workers} workers, cut {cut} (after {stop} items)"
 
 
+@pytest.fixture(scope="module")
+def stream_urls(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """msgpack and CBOR shards in which every third item has no ``__key__`` (keyed by its
+    number), by kind."""
+    urls = {}
+    for kind, writer in (("msgpack", wds.MsgpackWriter), ("cbor", wds.CborWriter)):
+        directory = tmp_path_factory.mktemp(kind)
+        for shard in range(SHARDS):
+            with writer(str(directory / f"s-{shard}.{kind}")) as sink:
+                for index in range(PER_SHARD):
+                    item = {"cls": shard * 1000 + index, "bin": PAYLOAD}
+                    sink.write(item if index % 3 == 0 else {"__key__": f"k{index:04d}", **item})
+        urls[kind] = f"{directory}/s-{{0..{SHARDS - 1}}}.{kind}"
+    return urls
+
+
+def key_and_label(sample: dict[str, Any]) -> tuple[str, int]:
+    return f"{sample['__key__']}/{sample['cls']}", sample["cls"]
+
+
+def streams(urls: str) -> IterDataPipe[Any]:
+    shards = wds.ShardList(urls).buffer_shuffle(SHARDS, initial=SHARDS, seed=11)
+    opened = shards.sharding_filter().open_shards()
+    loaded = opened.load_msgpack() if urls.endswith("msgpack") else opened.load_cbor()
+    return loaded.buffer_shuffle(1000, seed=12).map_samples(key_and_label)
+
+
+@pytest.mark.parametrize(("kind", "workers"), [("msgpack", 0), ("msgpack", 2), ("cbor", 0)])
+def test_stream_shards_resume_too(stream_urls: dict[str, str], kind: str, workers: int) -> None:
+    urls = stream_urls[kind]
+    expected, _ = run(streams(urls), workers, 2)
+    assert [len(set(epoch)) for epoch in expected] == [EPOCH, EPOCH]
+    assert "000003/3" in expected[0]  # an item without a key, keyed by its number
+    for cut, stop in CUTS.items():
+        got = resumed_run(lambda: streams(urls), workers, 2, stop)
+        assert got == expected, f"{kind}, {workers} workers, cut {cut} (after {stop} items)"
+
+
+def test_stream_shards_resume_through_a_pipe(stream_urls: dict[str, str]) -> None:
+    """A shard that cannot seek (``pipe:``) is read up to the saved offsets instead."""
+    directory, _, pattern = stream_urls["cbor"].rpartition("/")
+    piped = f"pipe:cat {directory}/{pattern}"
+    expected = [key for key, _ in streams(piped)]
+    for stop in (1, 150, EPOCH - 1):
+        pipe = streams(piped)
+        items = iter(pipe)
+        first = [next(items)[0] for _ in range(stop)]
+        state = pipe.state_dict()
+        assert PAYLOAD not in pickle.dumps(state)
+        again = streams(piped)
+        again.load_state_dict(state)
+        assert first + [key for key, _ in again] == expected
+
+
 def test_torch_shuffle_before_the_reader_resumes_within_its_epoch(urls: str) -> None:
     """torch's own ``shuffle`` takes the loader's seed: the state keeps the epoch's."""
 

@@ -15,24 +15,21 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterator
-from typing import Any
 
 from torch.utils.data import IterDataPipe
 
 from wdspipes.curried import Stage, stage_factory
-from wdspipes.datapipe import Sample, StageDataPipe, functional_stage
+from wdspipes.datapipe import Sample, functional_stage
 from wdspipes.errors import DuplicateFieldError, Handler, ResumeError, handle, reraise_exception
-from wdspipes.io.opener import ShardOpener, close_quietly
-from wdspipes.tar import Member, ShardCursor, TarLoader, TarMember, _TarWalk
+from wdspipes.io.opener import ByteStream, ShardOpener
+from wdspipes.positions import END, SampleReader, ShardCursor
+from wdspipes.tar import Member, TarLoader, TarMember, _TarWalk
 
 __all__ = ["SampleGrouper", "group_by_keys", "is_meta", "split_name"]
 
 # webdataset's rule, used verbatim where the fast path below cannot decide.
 _KEY_AND_FIELD = re.compile(r"^((?:.*/|)[^.]+)[.]([^/]*)$")
 _META_DIR = re.compile(r"__[^/]*__($|/)")
-
-START, END = "start", "end"
-"""A reader's position before the first sample of its epoch, and after the last."""
 
 
 def split_name(name: str) -> tuple[str, str] | None:
@@ -64,7 +61,7 @@ def is_meta(name: str) -> bool:
 
 
 @functional_stage("group_samples")
-class SampleGrouper(StageDataPipe[Sample]):
+class SampleGrouper(SampleReader):
     """Group consecutive members with one key into a sample (functional name: ``group_samples``).
 
     Meta files and names without a field are skipped. A new shard (a new URL, or an offset
@@ -96,17 +93,9 @@ class SampleGrouper(StageDataPipe[Sample]):
     def __init__(
         self, source_datapipe: IterDataPipe[TarMember], handler: Handler = reraise_exception
     ) -> None:
-        super().__init__()
+        super().__init__()  # the resume bookkeeping: see wdspipes.positions
         self.source_datapipe = source_datapipe
         self.handler = handler
-        # Resume bookkeeping (see wdspipes.resume): the shard being read and the offset where
-        # the next sample starts (START before the epoch's first sample, END after its last);
-        # where the sample yielded last lives; and what to do next iteration.
-        self.cursor = ShardCursor()
-        self.next_offset: int | str = START
-        self.last_ref: tuple[int, int] = (0, 0)
-        self._resume: tuple[int, int] | str = START
-        self._replay: list[tuple[int, int]] = []
 
     def __iter__(self) -> Iterator[Sample]:
         source = self.source_datapipe
@@ -178,18 +167,6 @@ class SampleGrouper(StageDataPipe[Sample]):
             self.last_ref = ref
             yield sample
 
-    def _begin(self) -> tuple[tuple[int, int] | str, list[tuple[int, int]]]:
-        """Take what a restored state left to do, and tell the opener where to go."""
-        resume, replay = self._resume, self._replay
-        self._resume, self._replay = START, []
-        self.next_offset = START
-        if resume == START:
-            return resume, []
-        opener = self._opener()
-        number = resume[0] if isinstance(resume, tuple) else None
-        opener.resume_at(number, {shard for shard, _ in replay})
-        return resume, replay
-
     def _opener(self) -> ShardOpener:
         source = self.source_datapipe
         opener = getattr(source, "source_datapipe", None)
@@ -200,74 +177,23 @@ class SampleGrouper(StageDataPipe[Sample]):
             )
         return opener
 
-    def _read_again(self, refs: list[tuple[int, int]]) -> Iterator[Sample]:
-        """The samples at ``refs`` (shard number, offset), in that order: each shard they are
-        in is opened once, and read only where they are when it is a local file."""
-        opener = self._opener()
-        found: dict[tuple[int, int], Sample] = {}
-        by_shard: dict[int, list[int]] = {}
-        for shard, offset in refs:
-            by_shard.setdefault(shard, []).append(offset)
-        for shard, offsets in sorted(by_shard.items()):
-            url = opener.replay_urls[shard]
-            offsets.sort()
-            for offset, sample in zip(offsets, self._samples_at(opener, url, offsets), strict=True):
-                found[shard, offset] = sample
-        for ref in refs:
-            self.last_ref = ref
-            yield found[ref]
-
-    def _samples_at(self, opener: ShardOpener, url: str, offsets: list[int]) -> list[Sample]:
-        stream = opener.open_again(url)
+    def _collect(self, stream: ByteStream, url: str, offsets: list[int]) -> dict[int, Sample]:
+        cursor = ShardCursor()
+        cursor.local_path = getattr(stream, "local_path", None)
         samples: dict[int, Sample] = {}
-        try:
-            cursor = ShardCursor()
-            cursor.local_path = getattr(stream, "local_path", None)
-            if getattr(stream, "seekable", lambda: False)():
-                for offset in offsets:
-                    stream.seek(0)  # type: ignore[attr-defined]
-                    walk = _TarWalk(stream, url, offset).members()
-                    samples[offset] = next(self._grouped(walk, cursor))
-            else:
-                wanted = set(offsets)
-                walk = _TarWalk(stream, url, offsets[0]).members()
-                for sample in self._grouped(walk, cursor):
-                    if self.last_ref[1] in wanted:
-                        samples[self.last_ref[1]] = sample
-                        if len(samples) == len(wanted):
-                            break
-        except Exception as exn:
-            raise ResumeError(
-                f"{url}: cannot read again the samples of a saved shuffle buffer: {exn}"
-            ) from exn
-        finally:
-            close_quietly(stream)
-        missing = sorted(set(offsets) - samples.keys())
-        if missing:
-            raise ResumeError(
-                f"{url}: no sample starts at byte {missing[0]}, where the saved state has one"
-            )
-        return [samples[offset] for offset in offsets]
-
-    def set_seed(self, seed: int) -> None:
-        """A loader begins an epoch: a state loaded before is dropped (see wdspipes.resume)."""
-        self._resume, self._replay = START, []
-
-    def resume_state(self) -> dict[str, Any]:
-        offset = self.next_offset
-        return {"next": [self.cursor.number, offset] if isinstance(offset, int) else offset}
-
-    def resume_from(self, state: dict[str, Any]) -> None:
-        position = state["next"]
-        self._resume = tuple(position) if isinstance(position, list) else position
-        self._replay = []
-
-    def read_again(self, refs: list[tuple[int, int]]) -> None:
-        """Before going on, next iteration, yield the samples at ``refs`` (for a shuffle buffer
-        being restored)."""
-        if self._resume == START:
-            raise ResumeError("a shuffle buffer holds samples, but the reader has not begun")
-        self._replay = refs
+        if getattr(stream, "seekable", lambda: False)():
+            for offset in offsets:
+                stream.seek(0)  # type: ignore[attr-defined]
+                walk = _TarWalk(stream, url, offset).members()
+                samples[offset] = next(self._grouped(walk, cursor))
+            return samples
+        wanted = set(offsets)
+        for sample in self._grouped(_TarWalk(stream, url, offsets[0]).members(), cursor):
+            if self.last_ref[1] in wanted:
+                samples[self.last_ref[1]] = sample
+                if len(samples) == len(wanted):
+                    break
+        return samples
 
     def _skip_duplicate(self, name: str, key: str, field: str, offset: int, url: str) -> bool:
         """Route a duplicate field through the handler: True to drop it and go on."""

@@ -7,8 +7,9 @@ whole graph upstream of the stage they are called on. The state is small:
 - the shard stages before the reader (``ShardList``, shard shuffles, resamplers, the sharding
   filter) are not saved item by item: their seed materials are, and on restore they run again
   from the start of the epoch while ``open_shards`` skips the shards already read;
-- the reader (``open_shards`` + ``load_tar`` + ``group_samples``, or a stream loader) saves the
-  next sample's position: the shard's number in this reader's stream and a byte offset in it;
+- the reader (``open_shards`` + ``load_tar`` + ``group_samples``, or ``open_shards`` + a stream
+  loader, ``load_cbor`` or ``load_msgpack``) saves the next sample's position: the shard's
+  number in this reader's stream and a byte offset in it (see :mod:`wdspipes.positions`);
 - a sample shuffle buffer saves, for each sample it holds, where it lives (shard number, byte
   offset), not its bytes, and the number of draws its generator made; on restore the reader
   reads those samples again, from only the shards they are in, and they pass through the
@@ -131,18 +132,18 @@ def _reader_index(chain: list[IterDataPipe[Any]]) -> int:
 
 
 def sample_source_of(pipe: IterDataPipe[Any]) -> Any:
-    """The grouper whose samples reach ``pipe`` one for one (each item one sample, or none);
+    """The reader whose samples reach ``pipe`` one for one (each item one sample, or none);
     the name of the stage in between that breaks that; None where no reader is upstream
     (``pipe`` sees shard URLs)."""
     from wdspipes.datapipe import StageDataPipe
-    from wdspipes.grouping import SampleGrouper
     from wdspipes.io.opener import ShardOpener
+    from wdspipes.positions import SampleReader
 
     chain = chain_of(pipe)[:-1]
     if not any(isinstance(stage, ShardOpener) for stage in chain):
         return None
     for stage in reversed(chain):
-        if isinstance(stage, SampleGrouper):
+        if isinstance(stage, SampleReader):
             return stage
         if not (isinstance(stage, StageDataPipe) and stage.keeps_refs) and not isinstance(
             stage, (Mapper, Filter)
@@ -153,19 +154,20 @@ def sample_source_of(pipe: IterDataPipe[Any]) -> Any:
 
 def _check_reader(chain: list[IterDataPipe[Any]], reader: int) -> None:
     from wdspipes.grouping import SampleGrouper
+    from wdspipes.streams import StreamLoader
     from wdspipes.tar import TarLoader
 
-    kinds = (TarLoader, SampleGrouper)
-    for offset, kind in enumerate(kinds, start=1):
-        at = reader + offset
-        if at >= len(chain) or type(chain[at]) is not kind:
-            found = stage_name(chain[at]) if at < len(chain) else "the end of the pipeline"
-            raise ResumeError(
-                f"{found} cannot save its position: resuming needs the reader "
-                "open_shards -> load_tar -> group_samples (as WebDataset and "
-                "tarfile_to_samples build it); stream shards (load_cbor, load_msgpack) and "
-                "bare tar members cannot resume yet"
-            )
+    after = [type(pipe) for pipe in chain[reader + 1 : reader + 3]]
+    if after[:1] and issubclass(after[0], StreamLoader):
+        return
+    if after != [TarLoader, SampleGrouper]:
+        at = reader + 1 + (after[:1] == [TarLoader])
+        found = stage_name(chain[at]) if at < len(chain) else "the end of the pipeline"
+        raise ResumeError(
+            f"{found} cannot save its position: resuming needs the reader open_shards -> "
+            "load_tar -> group_samples (as WebDataset and tarfile_to_samples build it), or "
+            "open_shards -> load_cbor or load_msgpack; bare tar members cannot resume"
+        )
 
 
 def pipeline_state(sink: IterDataPipe[Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from torch.utils.data import IterDataPipe
 from wdspipes.curried import Stage, stage_factory
 from wdspipes.datapipe import StageDataPipe, functional_stage
 from wdspipes.errors import ResumeError
-from wdspipes.grouping import SampleGrouper
+from wdspipes.positions import SampleReader
 from wdspipes.resume import sample_source_of
 from wdspipes.seeds import Seeding
 
@@ -106,7 +106,7 @@ class BufferShuffler(StageDataPipe[T]):
             draws.skip(resume["draws"])
             refs.frombytes(resume["buffer"])
             buffer.extend(itertools.islice(source, len(refs) // 2))
-        track = grouper if isinstance(grouper, SampleGrouper) else None
+        track = grouper if isinstance(grouper, SampleReader) else None
         for item in source:
             buffer.append(item)
             if track is not None:
@@ -148,7 +148,7 @@ class BufferShuffler(StageDataPipe[T]):
         if self._resume is None:
             return
         grouper = sample_source_of(self)
-        if not isinstance(grouper, SampleGrouper):
+        if not isinstance(grouper, SampleReader):
             raise ResumeError(
                 "BufferShuffler (buffer_shuffle): the state holds samples, but no reader is "
                 "upstream"

@@ -11,11 +11,15 @@ A truncated last item, bytes that are no item, or an item that is not a map is a
 :class:`~wdspipes.errors.StreamFormatError` naming the URL and the item's byte offset. Items
 have no framing to resynchronise on, so a handler that continues skips the rest of that shard
 and goes on with the next.
+
+The loaders save their place for mid-epoch resume (:mod:`wdspipes.positions`): the next item's
+shard, byte offset and number in its shard.
 """
 
 from __future__ import annotations
 
 import io
+import itertools
 import os
 from collections.abc import Iterator, Mapping
 from typing import Any, BinaryIO, Protocol
@@ -25,9 +29,17 @@ import msgpack
 from torch.utils.data import IterDataPipe
 
 from wdspipes.curried import Stage, stage_factory
-from wdspipes.datapipe import Sample, StageDataPipe, functional_stage
-from wdspipes.errors import EncodeError, Handler, StreamFormatError, handle, reraise_exception
+from wdspipes.datapipe import Sample, functional_stage
+from wdspipes.errors import (
+    EncodeError,
+    Handler,
+    ResumeError,
+    StreamFormatError,
+    handle,
+    reraise_exception,
+)
 from wdspipes.io.opener import ByteStream, ShardOpener, ShardStream, close_quietly, shard_failure
+from wdspipes.positions import END, SampleReader, ShardCursor
 
 __all__ = [
     "CborLoader",
@@ -42,12 +54,14 @@ CHUNK_SIZE = 1 << 16
 
 
 class _Decoder(Protocol):
-    def __call__(self, url: str, stream: ByteStream) -> Iterator[tuple[int, Any]]: ...
+    def __call__(
+        self, url: str, stream: ByteStream, start: int = 0
+    ) -> Iterator[tuple[int, int, Any]]: ...
 
 
-def _cbor_items(url: str, stream: ByteStream) -> Iterator[tuple[int, Any]]:
-    """``(offset, item)`` for each CBOR item of the stream."""
-    reader = io.BufferedReader(_CountingReader(stream), CHUNK_SIZE)
+def _cbor_items(url: str, stream: ByteStream, start: int = 0) -> Iterator[tuple[int, int, Any]]:
+    """``(offset, end, item)`` for each CBOR item of the stream, which is at byte ``start``."""
+    reader = io.BufferedReader(_CountingReader(stream, start), CHUNK_SIZE)
     decoder = cbor2.CBORDecoder(reader)
     while True:
         offset = reader.tell()
@@ -63,13 +77,14 @@ def _cbor_items(url: str, stream: ByteStream) -> Iterator[tuple[int, Any]]:
             raise StreamFormatError(
                 f"not a CBOR item ({_describe(exn)})", url=url, offset=offset
             ) from exn
-        yield offset, item
+        yield offset, reader.tell(), item
 
 
-def _msgpack_items(url: str, stream: ByteStream) -> Iterator[tuple[int, Any]]:
-    """``(offset, item)`` for each msgpack item of the stream."""
+def _msgpack_items(url: str, stream: ByteStream, start: int = 0) -> Iterator[tuple[int, int, Any]]:
+    """``(offset, end, item)`` for each msgpack item of the stream, which is at byte
+    ``start``."""
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=0)
-    received = offset = 0  # ``offset``: where the next item begins (tell() counts partial ones)
+    received = offset = start  # ``offset``: where the next item begins (tell() counts partial)
     while chunk := stream.read(CHUNK_SIZE):
         unpacker.feed(chunk)
         received += len(chunk)
@@ -82,12 +97,26 @@ def _msgpack_items(url: str, stream: ByteStream) -> Iterator[tuple[int, Any]]:
                 raise StreamFormatError(
                     f"not a msgpack item ({_describe(exn)})", url=url, offset=offset
                 ) from exn
-            yield offset, item
-            offset = unpacker.tell()
+            end = start + unpacker.tell()
+            yield offset, end, item
+            offset = end
     if offset != received:
         raise StreamFormatError(
             "the stream ends inside a msgpack item (a truncated shard?)", url=url, offset=offset
         )
+
+
+def _skip_to(stream: ByteStream, url: str, start: int) -> None:
+    """Go to byte ``start`` of a shard: by seeking a local file, else by reading up to it."""
+    if getattr(stream, "seekable", lambda: False)():
+        stream.seek(start)  # type: ignore[attr-defined]
+        return
+    left = start
+    while left > 0:
+        skipped = len(stream.read(min(left, 1 << 20)))
+        if not skipped:
+            raise StreamFormatError(f"the stream ends before byte {start}", url=url, offset=start)
+        left -= skipped
 
 
 def _describe(exn: Exception) -> str:
@@ -97,9 +126,9 @@ def _describe(exn: Exception) -> str:
 class _CountingReader(io.RawIOBase):
     """A raw reader over a shard stream that knows its position, for offsets in errors."""
 
-    def __init__(self, stream: ByteStream) -> None:
+    def __init__(self, stream: ByteStream, start: int = 0) -> None:
         self.stream = stream
-        self.position = 0
+        self.position = start
 
     def readable(self) -> bool:
         return True
@@ -114,8 +143,9 @@ class _CountingReader(io.RawIOBase):
         return self.position
 
 
-class _StreamLoader(StageDataPipe[Sample]):
-    """Samples from opened stream shards, one per item; see the module docstring."""
+class StreamLoader(SampleReader):
+    """Samples from opened stream shards, one per item; see the module docstring. The base of
+    ``load_cbor`` and ``load_msgpack``."""
 
     kind = ""
     items: _Decoder
@@ -123,22 +153,66 @@ class _StreamLoader(StageDataPipe[Sample]):
     def __init__(
         self, source_datapipe: IterDataPipe[ShardStream], handler: Handler = reraise_exception
     ) -> None:
-        super().__init__()
+        super().__init__()  # the resume bookkeeping: see wdspipes.positions
         self.source_datapipe = source_datapipe
         self.handler = handler
+        self.next_index = 0  # the next item's number in its shard (its default __key__)
 
     def __iter__(self) -> Iterator[Sample]:
-        for url, stream in self.source_datapipe:
-            local_path = getattr(stream, "local_path", None)  # a cached copy's file
+        cursor = self.cursor = ShardCursor()
+        resume, replay = self._begin()
+        start, first = (resume[1], resume[2]) if isinstance(resume, tuple) else (0, 0)
+        source = self.source_datapipe
+        shards = iter(source)
+        if replay:  # samples of a shuffle buffer, read again before going on
+            shard = next(shards, None)  # the opener goes through the shards to resume at
+            yield from self._read_again(replay)
+            shards = iter(()) if shard is None else itertools.chain((shard,), shards)
+        counted = isinstance(source, ShardOpener)
+        for number, (url, stream) in enumerate(shards, start=1):
+            cursor.number = source.taken if counted else number
+            cursor.local_path = local_path = getattr(stream, "local_path", None)
             try:
-                for index, (offset, item) in enumerate(type(self).items(url, stream)):
-                    yield _sample(item, url, local_path, index, offset, self.kind)
+                _skip_to(stream, url, start)
+                items = type(self).items(url, stream, start)
+                for index, (offset, end, item) in enumerate(items, start=first):
+                    sample = _sample(item, url, local_path, index, offset, self.kind)
+                    self.last_ref = (cursor.number, offset)
+                    self.next_offset, self.next_index = end, index + 1
+                    yield sample
                 stream.close()  # a pipe: command's failure is raised here
             except Exception as exn:
                 if not handle(self.handler, shard_failure(exn, url, stream)):
+                    self.next_offset = END
                     return
             finally:
                 close_quietly(stream)
+            start = first = 0
+        self.next_offset = END
+
+    def _opener(self) -> ShardOpener:
+        if not isinstance(self.source_datapipe, ShardOpener):
+            raise ResumeError(
+                f"{type(self).__name__} can resume only when it reads open_shards directly"
+            )
+        return self.source_datapipe
+
+    def _collect(self, stream: ByteStream, url: str, offsets: list[int]) -> dict[int, Sample]:
+        # Read from the start: an item without a __key__ is keyed by its number in the shard.
+        local_path = getattr(stream, "local_path", None)
+        wanted, samples = set(offsets), {}
+        for index, (offset, _end, item) in enumerate(type(self).items(url, stream)):
+            if offset in wanted:
+                samples[offset] = _sample(item, url, local_path, index, offset, self.kind)
+                if len(samples) == len(wanted):
+                    break
+        return samples
+
+    def resume_state(self) -> dict[str, Any]:
+        state = super().resume_state()
+        if isinstance(state["next"], list):
+            state["next"].append(self.next_index)
+        return state
 
 
 def _sample(
@@ -158,7 +232,7 @@ def _sample(
 
 
 @functional_stage("load_cbor")
-class CborLoader(_StreamLoader):
+class CborLoader(StreamLoader):
     """Samples from shards of concatenated CBOR items (functional name: ``load_cbor``).
 
     Args:
@@ -184,7 +258,7 @@ class CborLoader(_StreamLoader):
 
 
 @functional_stage("load_msgpack")
-class MsgpackLoader(_StreamLoader):
+class MsgpackLoader(StreamLoader):
     """Samples from shards of concatenated msgpack items (functional name: ``load_msgpack``).
 
     Args:

@@ -47,9 +47,9 @@ from wdspipes.errors import (
 )
 from wdspipes.io.local import BUFFER_SIZE
 from wdspipes.io.opener import ByteStream, ShardOpener, ShardStream, close_quietly, shard_failure
+from wdspipes.positions import ShardCursor
 
 __all__ = [
-    "ShardCursor",
     "TarLoader",
     "TarMember",
     "detect_compression",
@@ -636,17 +636,6 @@ class TarLoader(StageDataPipe[TarMember]):
                     return
             finally:
                 close_quietly(stream)
-
-
-class ShardCursor:
-    """Which shard a reader is in: its number among the shards this reader opened in this
-    epoch (counted from 1, as ``open_shards`` counts them), and its local file if any."""
-
-    __slots__ = ("local_path", "number")
-
-    def __init__(self) -> None:
-        self.number = 0
-        self.local_path: str | None = None
 
 
 @stage_factory

@@ -1,0 +1,127 @@
+"""Where samples live: how the readers (``group_samples``, ``load_cbor``, ``load_msgpack``)
+keep their place in a shard and read samples again, for mid-epoch resume (see
+:mod:`wdspipes.resume`).
+
+A sample's place is its shard's number among the shards this reader opened in the epoch
+(counted from 1, as ``open_shards`` counts them) and the byte offset where it starts. A reader
+saves the place of the next sample; a shuffle buffer saves the places of the samples it holds,
+and on restore asks the reader to read those again before it goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from wdspipes.datapipe import Sample, StageDataPipe
+from wdspipes.errors import ResumeError
+from wdspipes.io.opener import ByteStream, ShardOpener, close_quietly
+
+__all__ = ["END", "START", "SampleReader", "ShardCursor"]
+
+START, END = "start", "end"
+"""A reader's position before the first sample of its epoch, and after the last."""
+
+
+class ShardCursor:
+    """Which shard a reader is in: its number among the shards this reader opened in this
+    epoch (counted from 1, as ``open_shards`` counts them), and its local file if any."""
+
+    __slots__ = ("local_path", "number")
+
+    def __init__(self) -> None:
+        self.number = 0
+        self.local_path: str | None = None
+
+
+class SampleReader(StageDataPipe[Sample]):
+    """A stage that makes samples of opened shards and knows where each one lives.
+
+    Subclasses keep :attr:`cursor`, :attr:`next_offset` (where the next sample starts in the
+    cursor's shard) and :attr:`last_ref` (the place of the sample yielded last) up to date, call
+    :meth:`_begin` as an iteration starts and yield :meth:`_read_again` of what it returns, and
+    implement :meth:`_opener` and :meth:`_samples_at`.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cursor = ShardCursor()
+        self.next_offset: int | str = START
+        self.last_ref: tuple[int, int] = (0, 0)
+        self._resume: tuple[int, ...] | str = START
+        self._replay: list[tuple[int, int]] = []
+
+    def _opener(self) -> ShardOpener:
+        """The ``open_shards`` stage this reader reads; ResumeError if it reads another."""
+        raise NotImplementedError
+
+    def _collect(self, stream: ByteStream, url: str, offsets: list[int]) -> dict[int, Sample]:
+        """The samples of shard ``url`` (opened as ``stream``) that start at ``offsets``
+        (sorted), by offset."""
+        raise NotImplementedError
+
+    def _begin(self) -> tuple[tuple[int, ...] | str, list[tuple[int, int]]]:
+        """Take what a restored state left to do, and tell the opener where to go: the
+        position to go on from, and the places of samples to read again first."""
+        resume, replay = self._resume, self._replay
+        self._resume, self._replay = START, []
+        self.next_offset = START
+        if resume == START:
+            return resume, []
+        number = resume[0] if isinstance(resume, tuple) else None
+        self._opener().resume_at(number, {shard for shard, _ in replay})
+        return resume, replay
+
+    def _read_again(self, refs: list[tuple[int, int]]) -> Iterator[Sample]:
+        """The samples at ``refs`` (shard number, offset), in that order: each shard they are
+        in is opened once."""
+        opener = self._opener()
+        found: dict[tuple[int, int], Sample] = {}
+        by_shard: dict[int, list[int]] = {}
+        for shard, offset in refs:
+            by_shard.setdefault(shard, []).append(offset)
+        for shard, offsets in sorted(by_shard.items()):
+            url = opener.replay_urls[shard]
+            offsets.sort()
+            for offset, sample in self._samples_at(opener, url, offsets).items():
+                found[shard, offset] = sample
+        for ref in refs:
+            self.last_ref = ref
+            yield found[ref]
+
+    def _samples_at(self, opener: ShardOpener, url: str, offsets: list[int]) -> dict[int, Sample]:
+        stream = opener.open_again(url)
+        try:
+            samples = self._collect(stream, url, offsets)
+        except Exception as exn:
+            raise ResumeError(
+                f"{url}: cannot read again the samples of a saved shuffle buffer: {exn}"
+            ) from exn
+        finally:
+            close_quietly(stream)
+        missing = sorted(set(offsets) - samples.keys())
+        if missing:
+            raise ResumeError(
+                f"{url}: no sample starts at byte {missing[0]}, where the saved state has one"
+            )
+        return samples
+
+    def set_seed(self, seed: int) -> None:
+        """A loader begins an epoch: a state loaded before is dropped (see wdspipes.resume)."""
+        self._resume, self._replay = START, []
+
+    def resume_state(self) -> dict[str, Any]:
+        offset = self.next_offset
+        return {"next": [self.cursor.number, offset] if isinstance(offset, int) else offset}
+
+    def resume_from(self, state: dict[str, Any]) -> None:
+        position = state["next"]
+        self._resume = tuple(position) if isinstance(position, list) else position
+        self._replay = []
+
+    def read_again(self, refs: list[tuple[int, int]]) -> None:
+        """Before going on, next iteration, yield the samples at ``refs`` (for a shuffle buffer
+        being restored)."""
+        if self._resume == START:
+            raise ResumeError("a shuffle buffer holds samples, but the reader has not begun")
+        self._replay = refs
