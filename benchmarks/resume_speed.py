@@ -26,8 +26,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from common import apply_size_defaults, format_table, import_libraries, print_header, verdict
-from common import print_section as section
+from common import (
+    apply_size_defaults,
+    format_table,
+    import_libraries,
+    print_header,
+    print_section,
+    verdict,
+)
 
 import wdspipes as wds
 
@@ -121,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 file=sys.stderr,
             )
 
-    section(
+    print_section(
         f"{args.shards} shards x {args.per_shard:,} samples of 1 KB, "
         f"WebDataset(shardshuffle=True).buffer_shuffle({BUFFER}).decode()",
         args.markdown,
@@ -145,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ]
     print(format_table(headers, rows, args.markdown))
 
-    section("target", args.markdown)
+    print_section("target", args.markdown)
     full = [r["restore"] for cut, r in results.items() if cut >= BUFFER]
     ratio = max(full) / min(full)
     mark = "- " if args.markdown else ""

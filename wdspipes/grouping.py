@@ -12,7 +12,6 @@ True
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Iterator
 
@@ -108,10 +107,7 @@ class SampleGrouper(SampleReader):
             members: Iterator[Member] = source.iter_members(cursor, start)
         else:
             members = iter(source)
-        if replay:  # samples of a shuffle buffer, read again before going on
-            first = next(members, None)  # the opener goes through the shards to resume at
-            yield from self._read_again(replay)
-            members = iter(()) if first is None else itertools.chain((first,), members)
+        members = yield from self._replay_first(members, replay)
         yield from self._grouped(members, cursor)
 
     def _grouped(self, members: Iterator[Member], cursor: ShardCursor) -> Iterator[Sample]:

@@ -10,14 +10,18 @@ and on restore asks the reader to read those again before it goes on.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+import itertools
+from collections.abc import Generator, Iterator
+from typing import Any, TypeVar
 
 from wdspipes.datapipe import Sample, StageDataPipe
 from wdspipes.errors import ResumeError
 from wdspipes.io.opener import ByteStream, ShardOpener, close_quietly
 
 __all__ = ["END", "START", "SampleReader", "ShardCursor"]
+
+T = TypeVar("T")
+_NONE: Any = object()
 
 START, END = "start", "end"
 """A reader's position before the first sample of its epoch, and after the last."""
@@ -39,8 +43,8 @@ class SampleReader(StageDataPipe[Sample]):
 
     Subclasses keep :attr:`cursor`, :attr:`next_offset` (where the next sample starts in the
     cursor's shard) and :attr:`last_ref` (the place of the sample yielded last) up to date, call
-    :meth:`_begin` as an iteration starts and yield :meth:`_read_again` of what it returns, and
-    implement :meth:`_opener` and :meth:`_samples_at`.
+    :meth:`_begin` as an iteration starts and :meth:`_replay_first` with what it returns, and
+    implement :meth:`_opener` and :meth:`_collect`.
     """
 
     def __init__(self) -> None:
@@ -71,6 +75,18 @@ class SampleReader(StageDataPipe[Sample]):
         number = resume[0] if isinstance(resume, tuple) else None
         self._opener().resume_at(number, {shard for shard, _ in replay})
         return resume, replay
+
+    def _replay_first(
+        self, items: Iterator[T], replay: list[tuple[int, int]]
+    ) -> Generator[Sample, None, Iterator[T]]:
+        """Yield the samples at ``replay`` (a restored shuffle buffer's) before reading on;
+        returns ``items`` to read on from. The first item is taken before: it makes the opener
+        go through the shards to the one to resume at, noting the URLs of those to read again."""
+        if not replay:
+            return items
+        first = next(items, _NONE)
+        yield from self._read_again(replay)
+        return iter(()) if first is _NONE else itertools.chain((first,), items)
 
     def _read_again(self, refs: list[tuple[int, int]]) -> Iterator[Sample]:
         """The samples at ``refs`` (shard number, offset), in that order: each shard they are

@@ -19,7 +19,6 @@ shard, byte offset and number in its shard.
 from __future__ import annotations
 
 import io
-import itertools
 import os
 from collections.abc import Iterator, Mapping
 from typing import Any, BinaryIO, Protocol
@@ -38,7 +37,14 @@ from wdspipes.errors import (
     handle,
     reraise_exception,
 )
-from wdspipes.io.opener import ByteStream, ShardOpener, ShardStream, close_quietly, shard_failure
+from wdspipes.io.opener import (
+    ByteStream,
+    ShardOpener,
+    ShardStream,
+    close_quietly,
+    discard,
+    shard_failure,
+)
 from wdspipes.positions import END, SampleReader, ShardCursor
 
 __all__ = [
@@ -110,13 +116,8 @@ def _skip_to(stream: ByteStream, url: str, start: int) -> None:
     """Go to byte ``start`` of a shard: by seeking a local file, else by reading up to it."""
     if getattr(stream, "seekable", lambda: False)():
         stream.seek(start)  # type: ignore[attr-defined]
-        return
-    left = start
-    while left > 0:
-        skipped = len(stream.read(min(left, 1 << 20)))
-        if not skipped:
-            raise StreamFormatError(f"the stream ends before byte {start}", url=url, offset=start)
-        left -= skipped
+    elif not discard(stream.read, start):
+        raise StreamFormatError(f"the stream ends before byte {start}", url=url, offset=start)
 
 
 def _describe(exn: Exception) -> str:
@@ -163,11 +164,7 @@ class StreamLoader(SampleReader):
         resume, replay = self._begin()
         start, first = (resume[1], resume[2]) if isinstance(resume, tuple) else (0, 0)
         source = self.source_datapipe
-        shards = iter(source)
-        if replay:  # samples of a shuffle buffer, read again before going on
-            shard = next(shards, None)  # the opener goes through the shards to resume at
-            yield from self._read_again(replay)
-            shards = iter(()) if shard is None else itertools.chain((shard,), shards)
+        shards = yield from self._replay_first(iter(source), replay)
         counted = isinstance(source, ShardOpener)
         for number, (url, stream) in enumerate(shards, start=1):
             cursor.number = source.taken if counted else number

@@ -46,7 +46,14 @@ from wdspipes.errors import (
     reraise_exception,
 )
 from wdspipes.io.local import BUFFER_SIZE
-from wdspipes.io.opener import ByteStream, ShardOpener, ShardStream, close_quietly, shard_failure
+from wdspipes.io.opener import (
+    ByteStream,
+    ShardOpener,
+    ShardStream,
+    close_quietly,
+    discard,
+    shard_failure,
+)
 from wdspipes.positions import ShardCursor
 
 __all__ = [
@@ -210,15 +217,8 @@ class _TarWalk:
         stream = self.stream
         if read == stream.read and getattr(stream, "seekable", lambda: False)():
             stream.seek(self.start)  # type: ignore[attr-defined]
-        else:
-            left = self.start - BLOCK
-            while left > 0:
-                skipped = len(read(min(left, 1 << 20)))
-                if not skipped:
-                    raise self.truncated(
-                        f"the shard ends before byte {self.start}, where a sample was"
-                    )
-                left -= skipped
+        elif not discard(read, self.start - BLOCK):
+            raise self.truncated(f"the shard ends before byte {self.start}, where a sample was")
         self.offset = self.entry_offset = self.start
         return _read_exact(read, BLOCK)
 

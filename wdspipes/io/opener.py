@@ -130,6 +130,17 @@ def close_quietly(stream: ByteStream) -> None:
         log.debug("closing an abandoned shard stream failed", exc_info=True)
 
 
+def discard(read: Callable[[int], bytes], count: int) -> bool:
+    """Read ``count`` bytes with ``read`` and drop them (to go on from a saved offset where a
+    stream cannot seek); False if the stream ends first."""
+    while count > 0:
+        skipped = len(read(min(count, 1 << 20)))
+        if not skipped:
+            return False
+        count -= skipped
+    return True
+
+
 def shard_failure(exn: Exception, url: str, stream: ByteStream) -> Exception:
     """The error to report for a failed shard: the source's own failure (a command's exit
     status) if closing the stream reveals one, else ``exn`` as a located error. A shard found
