@@ -502,6 +502,30 @@ def test_bad_input_is_one_line_without_a_traceback(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path)) == ["cut.tar", "good.tar", "notatar.tar"]
 
 
+def test_a_failed_reshard_writes_nothing_and_says_so(tmp_path: Path) -> None:
+    good = make_tar(sample_members(["a", "b", "c", "d", "e"]))
+    (tmp_path / "good.tar").write_bytes(good)
+    (tmp_path / "cut.tar").write_bytes(good[:1500])
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "r-000.tar").write_bytes(b"an older r-000.tar")
+    runs = {
+        out: start(
+            "reshard", "good.tar", "cut.tar", "-o", f"{out}/r-%03d.tar", *flags, cwd=tmp_path
+        )
+        for out, flags in [
+            ("ordered", ["--maxcount", "2"]),  # two shards finished before cut.tar fails
+            ("shuffled", ["--maxcount", "2", "--shuffle"]),
+            ("kept", ["--maxcount", "2"]),
+        ]
+    }
+    for process in runs.values():
+        line = assert_one_error_line(finish(process), "cut.tar", "at byte 1024")
+        assert line.endswith("; nothing was written")
+    files = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert files == ["cut.tar", "good.tar", "kept/r-000.tar"]
+    assert (tmp_path / "kept" / "r-000.tar").read_bytes() == b"an older r-000.tar"
+
+
 def test_parse_size_rejects_what_is_not_a_size() -> None:
     with pytest.raises(ValueError, match="not a size: '3X'"):
         parse_size("3X")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import math
 import os
+import signal
 import subprocess
 import sys
 import tarfile
@@ -227,12 +228,22 @@ def test_a_truncated_input_leaves_no_temporary_files_and_no_truncated_shard(
     with pytest.raises(wds.TruncatedShardError, match=r"shard-004\.tar"):
         reshard(inputs, str(out / "o-%02d.tar"), maxcount=40, shuffle=shuffle, tmpdir=str(scratch))
     assert files_under(scratch) == []
-    written = files_under(out)
-    if shuffle:  # pass 1 failed: nothing was written
-        assert written == []
-    else:  # the shards finished before the damage stay, whole; nothing else
-        assert written == [f"o-{i:02d}.tar" for i in range(5)]
-        assert keys([str(out / name) for name in written]) == keys(inputs[:4])[:200]
+    assert files_under(out) == []  # not even the shards finished before the damage
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_failed_run_leaves_files_under_the_final_names_as_they_were(
+    inputs: list[str], tmp_path: Path, shuffle: bool
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    before = {"o-00.tar": b"an older o-00", "o-09.tar": b"an older o-09", "other": b"x"}
+    for name, data in before.items():
+        (out / name).write_bytes(data)
+    truncate(inputs[6])
+    with pytest.raises(wds.TruncatedShardError, match=r"shard-006\.tar"):
+        reshard(inputs, str(out / "o-%02d.tar"), maxcount=40, shuffle=shuffle)
+    assert {name: (out / name).read_bytes() for name in files_under(out)} == before
 
 
 def test_a_failure_while_writing_removes_the_buckets(
@@ -250,8 +261,67 @@ def test_a_failure_while_writing_removes_the_buckets(
     out = tmp_path / "out"
     with pytest.raises(OSError, match="disk on fire"):
         reshard(inputs, str(out / "o-%02d.tar"), maxcount=60, shuffle=True, memory=5_000)
-    assert files_under(out) == ["o-00.tar", "o-01.tar"]  # no bucket directory, no partial
-    assert len(keys([str(out / "o-00.tar"), str(out / "o-01.tar")])) == 120
+    assert len(calls) > 130  # two shards of 60 were finished before the failure
+    assert files_under(out) == []  # no shard, no bucket directory, no partial
+
+
+def test_an_output_name_taken_by_a_directory_fails_before_any_rename(
+    inputs: list[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    (out / "o-02.tar").mkdir(parents=True)
+    with pytest.raises(IsADirectoryError, match=r"o-02\.tar"):
+        reshard(inputs, str(out / "o-%02d.tar"), maxcount=100)
+    assert files_under(out) == ["o-02.tar"]
+
+
+KILLED_RESHARD = """
+import sys, time
+import wdspipes.reshard as reshard_module
+from wdspipes.writers import ShardWriter
+
+class Stalling(ShardWriter):
+    def write(self, sample):
+        if self.count == 130:  # two shards of 60 finished, the third begun
+            print("ready", flush=True)
+            time.sleep(600)
+        super().write(sample)
+
+reshard_module.ShardWriter = Stalling
+reshard_module.reshard(sys.argv[3:], sys.argv[1], maxcount=60, shuffle=sys.argv[2] == "1")
+"""
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_killed_run_leaves_nothing_under_the_final_names(
+    inputs: list[str], tmp_path: Path, shuffle: bool
+) -> None:
+    out = tmp_path / "out"
+    args = [str(out / "o-%02d.tar"), str(int(shuffle)), *inputs]
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_RESHARD, *args], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "ready\n"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+    assert child.returncode == -signal.SIGKILL
+    assert [p.name for p in out.glob("o-*")] == []
+    (staging,) = out.iterdir()  # the finished shards wait in one hidden directory
+    assert staging.name.startswith(".reshard-")
+
+
+def test_a_pattern_with_the_number_in_a_directory(inputs: list[str], tmp_path: Path) -> None:
+    report = reshard(inputs, str(tmp_path / "out" / "part-%d" / "s.tar"), maxcount=150)
+    assert files_under(tmp_path / "out") == [
+        *(name for i in range(3) for name in (f"part-{i}", f"part-{i}/s.tar"))
+    ]
+    assert report.shards == [str(tmp_path / "out" / f"part-{i}" / "s.tar") for i in range(3)]
+    assert items(report.shards) == items(inputs)
 
 
 def test_a_lost_sample_is_reported(

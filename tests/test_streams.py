@@ -8,7 +8,11 @@ of a damaged shard and read on; the writers' own errors."""
 from __future__ import annotations
 
 import io
+import os
 import re
+import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +23,7 @@ import numpy as np
 import pytest
 from PIL import Image
 from torch.utils.data import DataLoader
+from torch.utils.data.datapipes.iter import IterableWrapper
 
 import wdspipes as wds
 
@@ -130,6 +135,41 @@ def test_a_truncated_item_is_an_error_at_its_offset_for_every_cut(
         ("cbor", b"\xff", "not a CBOR item (CBORDecodeError: break code"),
         ("msgpack", msgpack.packb([1, 2]), "a msgpack item must be a map (a sample), got list"),
         ("cbor", cbor2.dumps("text"), "a CBOR item must be a map (a sample), got str"),
+        # a map key that is an array or a map: msgpack cannot make it a dict key (TypeError),
+        # cbor2 makes it a tuple or a frozendict, which cannot name a field
+        ("msgpack", b"\x81\x91\x01\x01", "a msgpack map has a key that is an array or a map"),
+        ("msgpack", b"\x81\x80\x01", "a msgpack map has a key that is an array or a map"),
+        ("msgpack", b"\x81\xa1a\x81\x91\x01\x01", "a msgpack map has a key that is an array"),
+        (
+            "cbor",
+            b"\xa1\x81\x01\x01",
+            "a CBOR item's keys must be strings (field names), not tuple",
+        ),
+        (
+            "cbor",
+            b"\xa1\xa0\x01",
+            "a CBOR item's keys must be strings (field names), not frozendict",
+        ),
+        (
+            "msgpack",
+            b"\x81\x01\x01",
+            "a msgpack item's keys must be strings (field names), not int",
+        ),
+        (
+            "cbor",
+            b"\xa1\x01\x01",
+            "a CBOR item's keys must be strings (field names), not int",
+        ),
+        # every other way the libraries find bytes malformed
+        ("msgpack", b"\x81\xa1\xff\x01", "not a msgpack item (UnicodeDecodeError: 'utf-8' codec"),
+        ("msgpack", b"\xd4\xff\x00", "not a msgpack item (ValueError: invalid timestamp data"),
+        ("msgpack", b"\xd4\x80\x00", "not a msgpack item (ValueError: code must be 0~127"),
+        ("msgpack", b"\xdd\xff\xff\xff\xff", "not a msgpack item (ValueError: 4294967295 exceeds"),
+        ("msgpack", b"\x91" * 2000 + b"\x01", "not a msgpack item (StackError)"),
+        ("cbor", b"\xa1\x61\xff\x01", "not a CBOR item (CBORDecodeError: error decoding text"),
+        ("cbor", b"\x81" * 1000 + b"\x00", "not a CBOR item (CBORDecodeError: maximum container"),
+        ("cbor", b"\xc1\x61a", "not a CBOR item (CBORDecodeError: error decoding epoch-form"),
+        ("cbor", b"\xd8\x1e\x82\x01\x00", "not a CBOR item (CBORDecodeError: error decoding rat"),
     ],
 )
 def test_garbage_is_an_error_and_a_handler_skips_the_rest_of_the_shard(
@@ -147,6 +187,103 @@ def test_garbage_is_an_error_and_a_handler_skips_the_rest_of_the_shard(
     assert [s["__key__"] for s in read] == ["a", "b", "c"]
     stopped = wds.DataPipeline(urls, KINDS[kind][1](handler=wds.ignore_and_stop))
     assert [s["__key__"] for s in stopped] == ["a", "b"]
+
+
+class _FailingUnpacker:
+    """Stands in for msgpack.Unpacker: any bytes fed make ``unpack`` raise ``error``."""
+
+    error: BaseException
+
+    def __init__(self, **options: Any) -> None:
+        self.fed = False
+
+    def feed(self, data: bytes) -> None:
+        self.fed = True
+
+    def unpack(self) -> Any:
+        if self.fed:
+            raise self.error
+        raise msgpack.OutOfData
+
+
+class _FailingDecoder:
+    """Stands in for cbor2.CBORDecoder: ``decode`` reads a byte, then raises ``error``."""
+
+    error: BaseException
+
+    def __init__(self, fp: Any) -> None:
+        self.fp = fp
+
+    def decode(self) -> Any:
+        self.fp.read(1)
+        raise self.error
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+@pytest.mark.parametrize(
+    "error",
+    [
+        TypeError("unhashable type: 'list'"),
+        ValueError("bad"),
+        OverflowError("too large"),
+        UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
+        RecursionError("maximum recursion depth exceeded"),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+def test_any_decoding_failure_is_a_located_stream_format_error(
+    kind: str, error: BaseException, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever the library raises on bytes it cannot decode (the exception types the bytes
+    of test_garbage_... provoke, and those a version or a pure-Python build may raise)."""
+    path = write(kind, tmp_path / f"a.{kind}", [{"__key__": "a"}])
+    if kind == "msgpack":
+        monkeypatch.setattr(_FailingUnpacker, "error", error, raising=False)
+        monkeypatch.setattr(msgpack, "Unpacker", _FailingUnpacker)
+    else:
+        monkeypatch.setattr(_FailingDecoder, "error", error, raising=False)
+        monkeypatch.setattr(cbor2, "CBORDecoder", _FailingDecoder)
+    with pytest.raises(
+        wds.StreamFormatError, match=f"at byte 0: .*{type(error).__name__}"
+    ) as caught:
+        list(wds.DataPipeline([path], KINDS[kind][1]()))
+    assert caught.value.url == path and caught.value.offset == 0
+    assert caught.value.__cause__ is error
+
+
+class _BrokenStream(io.RawIOBase):
+    """A shard stream whose reads raise ``error`` after ``good`` bytes."""
+
+    def __init__(self, data: bytes, good: int, error: Exception) -> None:
+        self.data, self.good, self.error, self.position = data, good, error, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1, /) -> bytes:
+        if self.position >= self.good:
+            raise self.error
+        chunk = self.data[self.position : min(self.good, self.position + max(size, 0))]
+        self.position += len(chunk)
+        return chunk
+
+
+@pytest.mark.parametrize(
+    ("error", "reported"),
+    [
+        (ValueError("read of a closed stream"), "mem.cbor: reading failed: read of a closed"),
+        (wds.ShardError("connection reset", url="mem.cbor", offset=10), "at byte 10: connection"),
+    ],
+)
+def test_a_failing_read_is_not_taken_for_malformed_cbor(error: Exception, reported: str) -> None:
+    """The CBOR decoder reads the stream itself (and cbor2 wraps some errors of the read in a
+    CBORDecodeError): a failure of the stream is reported as such, not as bytes that are no
+    item."""
+    data = cbor2.dumps({"__key__": "a", "bin": bytes(100)})
+    stream = wds.ShardStream("mem.cbor", _BrokenStream(data, 10, error))
+    with pytest.raises(wds.ShardError, match=re.escape(reported)) as caught:
+        list(IterableWrapper([stream], deepcopy=False).load_cbor())
+    assert not isinstance(caught.value, wds.StreamFormatError)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -175,6 +312,75 @@ def test_a_writer_on_a_stream_leaves_it_open() -> None:
         writer.write({"__key__": "a", "cls": 1})
     assert not buffer.closed
     assert msgpack.unpackb(buffer.getvalue()) == {"__key__": "a", "cls": 1}
+
+
+KILLED_WRITER = """
+import sys, time
+import wdspipes as wds
+
+writer = getattr(wds, sys.argv[1])(sys.argv[2])
+for index in range(2000):
+    writer.write({"__key__": f"{index:05d}", "bin": bytes([index % 256]) * 1000})
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_killed_writer_leaves_nothing_under_the_final_name(kind: str, tmp_path: Path) -> None:
+    """A stream cut between two items reads as a shorter valid shard, so the file must not
+    appear under its name before it is complete: a writer killed mid-way leaves at most its
+    hidden temporary file."""
+    path = tmp_path / f"killed.{kind}"
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, KINDS[kind][0].__name__, str(path)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "ready\n"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+    assert child.returncode == -signal.SIGKILL
+    assert not path.exists()
+    assert os.listdir(tmp_path) == [f".killed.{kind}.partial-{child.pid}"]
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_an_exception_in_the_with_block_leaves_nothing_and_an_older_file_intact(
+    kind: str, tmp_path: Path
+) -> None:
+    path = tmp_path / f"a.{kind}"
+    with pytest.raises(RuntimeError, match="mid-way"), KINDS[kind][0](path) as writer:
+        writer.write({"__key__": "a", "cls": 1})
+        raise RuntimeError("mid-way")
+    assert os.listdir(tmp_path) == []
+    write(kind, path, make_samples(0, 2))
+    with pytest.raises(wds.EncodeError), KINDS[kind][0](path) as writer:
+        writer.write({"__key__": "new", "cls": 1})
+        writer.write({"__key__": "bad", "obj": object()})
+    assert os.listdir(tmp_path) == [path.name]
+    read = list(wds.DataPipeline([str(path)], KINDS[kind][1]()))
+    assert [without_url(s) for s in read] == make_samples(0, 2)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_closed_writer_leaves_the_whole_file_and_nothing_else(kind: str, tmp_path: Path) -> None:
+    samples = make_samples(0, 50)
+    path = write(kind, tmp_path / f"a.{kind}", samples)
+    assert os.listdir(tmp_path) == [f"a.{kind}"]
+    writer = KINDS[kind][0](tmp_path / f"b.{kind}")
+    writer.write(samples[0])
+    assert not (tmp_path / f"b.{kind}").exists()  # not before close()
+    writer.close()
+    writer.close()
+    for url, expected in ((path, samples), (str(tmp_path / f"b.{kind}"), samples[:1])):
+        read = list(wds.DataPipeline([url], KINDS[kind][1]()))
+        assert [without_url(s) for s in read] == expected
 
 
 @pytest.mark.loaders

@@ -29,6 +29,7 @@ from wdspipes.epochs import (
 from wdspipes.errors import (
     CollationError,
     CommandError,
+    DataAfterEndError,
     DataWarning,
     DecodeError,
     DuplicateFieldError,
@@ -104,6 +105,7 @@ __all__ = [
     "CollationError",
     "CommandError",
     "Continue",
+    "DataAfterEndError",
     "DataPipeline",
     "DataWarning",
     "DecodeError",

@@ -22,6 +22,7 @@ from typing import Any
 __all__ = [
     "CollationError",
     "CommandError",
+    "DataAfterEndError",
     "DataWarning",
     "DecodeError",
     "DuplicateFieldError",
@@ -82,6 +83,10 @@ class WdsError(Exception):
             where.append(f"at byte {offset}")
         super().__init__(f"{', '.join(where)}: {problem}" if where else problem)
 
+    def add_detail(self, detail: str) -> None:
+        """Append ``detail`` to the message (what became of the data around the problem)."""
+        self.args = (f"{self.args[0]}; {detail}", *self.args[1:])
+
 
 class ShardError(WdsError):
     """A shard as a whole cannot be read."""
@@ -113,6 +118,11 @@ class TarFormatError(ShardError):
 
 class TruncatedShardError(TarFormatError):
     """A shard ends early: in a header, in a member, or with no end-of-archive marker."""
+
+
+class DataAfterEndError(TarFormatError):
+    """Bytes other than zeros follow a shard's end-of-archive marker: archives joined with
+    ``cat``, or a header zeroed by damage. ``ignore_zeros=True`` reads on past zero blocks."""
 
 
 class ResumeError(ValueError):
@@ -191,11 +201,24 @@ def handle(handler: Handler, exn: Exception) -> bool:
     """Apply ``handler`` to ``exn``: True means skip and continue, False means stop.
 
     A handler may also raise, or return an exception instance to have it raised.
+
+    An error raised from here holds no reference to itself through the frames of its
+    traceback (the handler's frame, which has it as an argument, is left out). Such a cycle
+    would keep every stage's frame, and the shard file a reader has open, alive until the
+    garbage collector runs, long after the caller dropped the error.
     """
-    verdict = handler(exn)
-    if isinstance(verdict, BaseException):
-        raise verdict
-    return bool(verdict)
+    before, verdict = exn.__traceback__, None
+    try:
+        verdict = handler(exn)
+        if isinstance(verdict, BaseException):
+            raise verdict
+        return bool(verdict)
+    except BaseException as raised:
+        if raised is exn:
+            raised.__traceback__ = before
+        raise
+    finally:
+        del exn, before, verdict  # the error leaves without this frame holding it
 
 
 def _describe(exn: Exception) -> str:

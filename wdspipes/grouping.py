@@ -102,13 +102,20 @@ class SampleGrouper(SampleReader):
         resume, replay = self._begin()
         if type(source) is TarLoader:
             # Members bypass the per-item hooks of an upstream TarLoader (see its
-            # iter_members).
+            # iter_members), which also tells of failed shards.
             start = resume[1] if isinstance(resume, tuple) else 0
-            members: Iterator[Member] = source.iter_members(cursor, start)
+            upstream: Iterator[Member] = source.iter_members(cursor, start)
         else:
-            members = iter(source)
-        members = yield from self._replay_first(members, replay)
-        yield from self._grouped(members, cursor)
+            upstream = iter(source)
+        try:
+            members = yield from self._replay_first(upstream, replay)
+            yield from self._grouped(members, cursor)
+        finally:
+            # Ended, abandoned or failed: the shard open upstream is closed now, not when the
+            # error that ended the iteration is collected.
+            close = getattr(upstream, "close", None)
+            if close is not None:
+                close()
 
     def _grouped(self, members: Iterator[Member], cursor: ShardCursor) -> Iterator[Sample]:
         """The samples of ``members``, noting where each lives and where the next begins."""
@@ -119,6 +126,18 @@ class SampleGrouper(SampleReader):
         ref = (0, 0)
         for name, data, offset, url in members:
             if offset <= last_offset or url != last_url:
+                if offset < 0:  # FAILED: the shard broke off
+                    if sample is not None and ref[0] == cursor.number:
+                        end = self._whole_until(cursor, sample["__key__"])
+                        if end is not None:
+                            self.next_offset = end
+                            self.last_ref = ref
+                            yield sample
+                        else:
+                            cursor.dropped = sample["__key__"]
+                        sample = None
+                    last_url = None
+                    continue
                 if sample is not None:
                     self.next_offset = offset
                     self.last_ref = ref
@@ -163,7 +182,21 @@ class SampleGrouper(SampleReader):
             self.last_ref = ref
             yield sample
 
+    @staticmethod
+    def _whole_until(cursor: ShardCursor, key: str) -> int | None:
+        """Where the sample ``key``, being assembled when its shard failed, is known to end:
+        at the member the shard failed in, if that has another key (its name was read);
+        None if it may lack members."""
+        name, offset = cursor.failed_member, cursor.failed_offset
+        parts = None if name is None else split_name(name)
+        return offset if parts is not None and parts[0] != key else None
+
     def _opener(self) -> ShardOpener:
+        return self._loader()[1]
+
+    def _loader(self) -> tuple[TarLoader, ShardOpener]:
+        """The ``load_tar`` stage this reader reads, and the ``open_shards`` stage it reads;
+        ResumeError if the graph is another."""
         source = self.source_datapipe
         opener = getattr(source, "source_datapipe", None)
         if type(source) is not TarLoader or not isinstance(opener, ShardOpener):
@@ -171,20 +204,22 @@ class SampleGrouper(SampleReader):
                 f"{type(self).__name__} (group_samples) can resume only when it reads load_tar "
                 "right after open_shards"
             )
-        return opener
+        return source, opener
 
     def _collect(self, stream: ByteStream, url: str, offsets: list[int]) -> dict[int, Sample]:
         cursor = ShardCursor()
         cursor.local_path = getattr(stream, "local_path", None)
+        ignore_zeros = self._loader()[0].ignore_zeros
         samples: dict[int, Sample] = {}
         if getattr(stream, "seekable", lambda: False)():
             for offset in offsets:
                 stream.seek(0)  # type: ignore[attr-defined]
-                walk = _TarWalk(stream, url, offset).members()
+                walk = _TarWalk(stream, url, offset, ignore_zeros=ignore_zeros).members()
                 samples[offset] = next(self._grouped(walk, cursor))
             return samples
         wanted = set(offsets)
-        for sample in self._grouped(_TarWalk(stream, url, offsets[0]).members(), cursor):
+        walk = _TarWalk(stream, url, offsets[0], ignore_zeros=ignore_zeros).members()
+        for sample in self._grouped(walk, cursor):
             if self.last_ref[1] in wanted:
                 samples[self.last_ref[1]] = sample
                 if len(samples) == len(wanted):
@@ -193,10 +228,13 @@ class SampleGrouper(SampleReader):
 
     def _skip_duplicate(self, name: str, key: str, field: str, offset: int, url: str) -> bool:
         """Route a duplicate field through the handler: True to drop it and go on."""
-        error = DuplicateFieldError(
-            f"duplicate field {field!r}", url=url, member=name, key=key, offset=offset
+        # No local holds the error: see TarLoader.iter_members.
+        return handle(
+            self.handler,
+            DuplicateFieldError(
+                f"duplicate field {field!r}", url=url, member=name, key=key, offset=offset
+            ),
         )
-        return handle(self.handler, error)
 
 
 @stage_factory

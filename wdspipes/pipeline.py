@@ -139,10 +139,11 @@ def _apply(stage: Any, pipe: IterDataPipe[Any], position: int) -> IterDataPipe[A
 
 
 def _tarfile_to_samples(
-    source: IterDataPipe[str], handler: Handler, **options: Any
+    source: IterDataPipe[str], handler: Handler, ignore_zeros: bool = False, **options: Any
 ) -> SampleGrouper:
     opener = ShardOpener(source, handler=handler, **options)
-    return SampleGrouper(TarLoader(opener, handler=handler), handler=handler)
+    loader = TarLoader(opener, handler=handler, ignore_zeros=ignore_zeros)
+    return SampleGrouper(loader, handler=handler)
 
 
 @stage_factory
@@ -152,17 +153,22 @@ def tarfile_to_samples(
     cache_dir: CacheDir | None = None,
     cache_size: int | None = DEFAULT_CACHE_SIZE,
     storage_options: StorageOptions | None = None,
+    ignore_zeros: bool = False,
 ) -> Stage:
     """Shard URLs to samples: ``open_shards().load_tar().group_samples()``, one handler for all.
 
     ``cache_dir``, ``cache_size`` and ``storage_options`` go to the opener (see
     :class:`~wdspipes.io.ShardOpener`): with a ``cache_dir``, remote shards are cached there
-    and samples carry ``__local_path__``.
+    and samples carry ``__local_path__``. ``ignore_zeros`` goes to the tar loader (see
+    :class:`~wdspipes.tar.TarLoader`): read on past zero blocks, as in archives joined with
+    ``cat``.
 
     >>> tarfile_to_samples()
     _tarfile_to_samples(handler=<function reraise_exception at ...>)
     """
     options = opener_options(cache_dir, cache_size, storage_options)
+    if ignore_zeros:
+        options["ignore_zeros"] = True
     return Stage(_tarfile_to_samples, handler=handler, **options)
 
 
@@ -176,6 +182,7 @@ def WebDataset(
     cache_dir: CacheDir | None = None,
     cache_size: int | None = DEFAULT_CACHE_SIZE,
     storage_options: StorageOptions | None = None,
+    ignore_zeros: bool = False,
 ) -> SampleGrouper:
     """The usual pipeline from shard URLs to samples, split among ranks and workers.
 
@@ -201,6 +208,10 @@ def WebDataset(
             first (default 10 GB; None for no bound).
         storage_options: options of a remote store (credentials, ...), passed to
             ``open_url(url, storage_options=...)`` for every shard.
+        ignore_zeros: read on past zero blocks in a shard, as GNU tar's ``--ignore-zeros``
+            (archives joined with ``cat`` are read whole); by default, bytes other than
+            zeros after the end-of-archive marker are a
+            :class:`~wdspipes.errors.DataAfterEndError`.
 
     Returns:
         A DataPipe of sample dicts; chain further stages on it (``.decode(...)`` etc.).
@@ -228,4 +239,6 @@ def WebDataset(
         bufsize = len(shards) if shardshuffle is True else int(shardshuffle)
         shards = BufferShuffler(shards, bufsize=bufsize, initial=bufsize, seed=seed)
     options = opener_options(cache_dir, cache_size, storage_options)
-    return _tarfile_to_samples(ShardingFilterIterDataPipe(shards), handler, **options)
+    return _tarfile_to_samples(
+        ShardingFilterIterDataPipe(shards), handler, ignore_zeros=ignore_zeros, **options
+    )

@@ -29,13 +29,21 @@ START, END = "start", "end"
 
 class ShardCursor:
     """Which shard a reader is in: its number among the shards this reader opened in this
-    epoch (counted from 1, as ``open_shards`` counts them), and its local file if any."""
+    epoch (counted from 1, as ``open_shards`` counts them), and its local file if any.
 
-    __slots__ = ("local_path", "number")
+    When the shard fails, the loader notes the member it failed in and where, if known
+    (``failed_member``, ``failed_offset``), and the reader the key of the sample it dropped
+    because it may lack members (``dropped``).
+    """
+
+    __slots__ = ("dropped", "failed_member", "failed_offset", "local_path", "number")
 
     def __init__(self) -> None:
         self.number = 0
         self.local_path: str | None = None
+        self.failed_member: str | None = None
+        self.failed_offset: int | None = None
+        self.dropped: str | None = None
 
 
 class SampleReader(StageDataPipe[Sample]):

@@ -7,7 +7,8 @@ disk, chosen uniformly at random; pass 2 loads one bucket at a time, in random o
 writes its samples in random order. That is a uniformly random permutation of all the
 samples (an external shuffle, what AIStore's dSort does on a cluster), in memory bounded by
 one bucket, so a dataset many times larger than RAM reshuffles on one machine.
-See docs/resharding.md.
+All or nothing: the output shards are written into a hidden directory beside them and moved
+to their names only once the whole run has succeeded. See docs/resharding.md.
 
 >>> import os, tempfile
 >>> from wdspipes.writers import TarWriter
@@ -25,6 +26,7 @@ See docs/resharding.md.
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import os
 import random
@@ -48,6 +50,7 @@ from wdspipes.io.local import local_path
 from wdspipes.pipeline import WebDataset
 from wdspipes.shards import ShardSpec, expand_urls
 from wdspipes.writers import ShardWriter
+from wdspipes.writers.shards import check_pattern
 
 __all__ = ["BucketShuffle", "ReshardReport", "bucket_count", "reshard"]
 
@@ -124,8 +127,12 @@ def reshard(
     are dropped). In order (the default), the samples keep the order of the inputs.
     With ``shuffle``, they are written in a uniformly random order, in two passes through
     bucket files in a temporary directory that is removed at the end, also on failure.
-    Shards appear under their final names only when complete; on failure, the shards
-    finished so far stay and the unfinished one is removed.
+
+    All or nothing: the shards are written into a hidden directory ``.reshard-*`` beside the
+    first output shard and renamed to their final names only after the whole run succeeded.
+    A run that fails leaves no new file under a final name, and files already there as they
+    were; a process killed outright leaves only hidden ``.reshard-*`` directories (that one,
+    and the bucket directory under ``tmpdir``).
 
     Args:
         inputs: a shard spec (see :func:`~wdspipes.shards.expand_urls`).
@@ -146,29 +153,36 @@ def reshard(
     Raises:
         ValueError: a bad argument, or an output name that could overwrite an input.
         WdsError: an input cannot be read (the error names the shard).
+        OSError: the output cannot be written, or an output name is a directory.
         RuntimeError: fewer or more samples were written than read (a bug, never expected).
     """
     if isinstance(maxcount, bool) or not isinstance(maxcount, int):
         raise ValueError(f"maxcount must be an int, got {maxcount!r}")
     _check_positive(maxcount=maxcount, maxsize=maxsize, memory=memory)
+    check_pattern(pattern)
     urls = expand_urls(inputs)
     _check_no_clash(pattern, urls)
     start = time.perf_counter()
-    outdir = os.path.dirname(pattern) or "."
+    outdir = os.path.dirname(pattern % 0) or "."
     sizes = {url: _local_size(url) for url in urls}
     written = _Tally()
     buckets, passes, largest = 0, 1, 0
     if shuffle and seed is None:
         seed = random.SystemRandom().randrange(1 << 63)
     with (
+        _temporary_directory(outdir) as staging,
         ShardWriter(
-            pattern, maxcount=maxcount, maxsize=maxsize, compress=compress, encoder=False
+            os.path.join(staging.replace("%", "%%"), "%06d"),
+            maxcount=maxcount,
+            maxsize=maxsize,
+            compress=compress,
+            encoder=False,
         ) as writer,
         _Reader(urls, sizes, progress, "pass 1: buckets" if shuffle else "resharding") as reader,
     ):
         if shuffle:
             with (
-                _temporary_directory(tmpdir or outdir) as directory,
+                _temporary_directory(tmpdir or staging) as directory,
                 BucketShuffle(directory, memory, seed, reader.total) as shuffler,
             ):
                 for sample in reader:
@@ -182,8 +196,9 @@ def reshard(
         else:
             for sample in reader:
                 written.write(writer, sample)
-    shards = list(writer.shards)
-    _check_counts(reader.tally, written)
+        writer.close()
+        _check_counts(reader.tally, written)
+        shards = _publish(writer.shards, pattern)
     return ReshardReport(
         samples=written.samples,
         bytes=written.bytes,
@@ -225,6 +240,22 @@ def _local_size(url: str) -> int | None:
         return os.path.getsize(path)
     except OSError:
         return None  # reading it reports the problem, with the URL
+
+
+def _publish(staged: list[str], pattern: str) -> list[str]:
+    """Move the staged shards to their final names, in order: the last step of a run that
+    succeeded. The directories are made and the names checked first, so that no rename is
+    expected to fail once one has been made. A file under a final name is replaced."""
+    finals = [pattern % number for number in range(len(staged))]
+    for final in finals:
+        directory = os.path.dirname(final)
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        if os.path.isdir(final):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), final)
+    for source, final in zip(staged, finals, strict=True):
+        os.replace(source, final)
+    return finals
 
 
 @contextlib.contextmanager

@@ -7,10 +7,14 @@ cache ``__local_path__``, as tar samples get them. Values keep the
 types the encoding gives them: bytes stay bytes for ``decode`` to decode by extension, numbers
 and strings arrive decoded already (``decode(..., partial=True)`` lets them through).
 
-A truncated last item, bytes that are no item, or an item that is not a map is a
-:class:`~wdspipes.errors.StreamFormatError` naming the URL and the item's byte offset. Items
-have no framing to resynchronise on, so a handler that continues skips the rest of that shard
-and goes on with the next.
+A truncated last item, bytes that are no item (whatever the CBOR or msgpack library raises on
+them), an item that is not a map, an item with a key that is not a string (keys name fields),
+or, in msgpack, a map anywhere in an item with an array or a map as a key (Python cannot hold
+it) is a :class:`~wdspipes.errors.StreamFormatError` naming the URL and the item's byte
+offset. Items have no framing to resynchronise on, so a handler that continues skips the rest
+of that shard and goes on with the next. A shard cut exactly between two items cannot be told
+from a shorter one: it reads without an error, which is why the writers put a file under its
+name only once it is complete.
 
 The loaders save their place for mid-epoch resume (:mod:`wdspipes.positions`): the next item's
 shard, byte offset and number in its shard.
@@ -21,6 +25,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Iterator, Mapping
+from types import TracebackType
 from typing import Any, BinaryIO, Protocol
 
 import cbor2
@@ -46,6 +51,7 @@ from wdspipes.io.opener import (
     shard_failure,
 )
 from wdspipes.positions import END, SampleReader, ShardCursor
+from wdspipes.writers.atomic import AtomicFile
 
 __all__ = [
     "CborLoader",
@@ -65,9 +71,16 @@ class _Decoder(Protocol):
     ) -> Iterator[tuple[int, int, Any]]: ...
 
 
+_MALFORMED = (ValueError, TypeError, OverflowError, RecursionError)
+"""What the decoders may raise on bytes they cannot decode, besides cbor2's CBORDecodeError:
+msgpack's errors (ValueError: FormatError, StackError, ExtraData), UnicodeDecodeError, a map
+key msgpack cannot hash (TypeError), and what other versions or pure-Python builds raise."""
+
+
 def _cbor_items(url: str, stream: ByteStream, start: int = 0) -> Iterator[tuple[int, int, Any]]:
     """``(offset, end, item)`` for each CBOR item of the stream, which is at byte ``start``."""
-    reader = io.BufferedReader(_CountingReader(stream, start), CHUNK_SIZE)
+    counting = _CountingReader(stream, start)
+    reader = io.BufferedReader(counting, CHUNK_SIZE)
     decoder = cbor2.CBORDecoder(reader)
     while True:
         offset = reader.tell()
@@ -79,7 +92,10 @@ def _cbor_items(url: str, stream: ByteStream, start: int = 0) -> Iterator[tuple[
             raise StreamFormatError(
                 "the stream ends inside a CBOR item (a truncated shard?)", url=url, offset=offset
             ) from exn
-        except (cbor2.CBORDecodeError, ValueError) as exn:
+        except (cbor2.CBORDecodeError, *_MALFORMED) as exn:
+            failure = counting.failure  # the stream failed, not the bytes: cbor2 may wrap
+            if failure is not None:  # the error of a read in a CBORDecodeError
+                raise failure from failure.__cause__
             raise StreamFormatError(
                 f"not a CBOR item ({_describe(exn)})", url=url, offset=offset
             ) from exn
@@ -99,7 +115,13 @@ def _msgpack_items(url: str, stream: ByteStream, start: int = 0) -> Iterator[tup
                 item = unpacker.unpack()
             except msgpack.OutOfData:
                 break
-            except (ValueError, msgpack.exceptions.ExtraData, msgpack.StackError) as exn:
+            except TypeError as exn:  # {[1]: 2}: a list or dict cannot be a dict key
+                raise StreamFormatError(
+                    f"a msgpack map has a key that is an array or a map ({_describe(exn)})",
+                    url=url,
+                    offset=offset,
+                ) from exn
+            except _MALFORMED as exn:
                 raise StreamFormatError(
                     f"not a msgpack item ({_describe(exn)})", url=url, offset=offset
                 ) from exn
@@ -130,12 +152,17 @@ class _CountingReader(io.RawIOBase):
     def __init__(self, stream: ByteStream, start: int = 0) -> None:
         self.stream = stream
         self.position = start
+        self.failure: BaseException | None = None  # what a read of the stream raised
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
-        data = self.stream.read(len(buffer))
+        try:
+            data = self.stream.read(len(buffer))
+        except BaseException as exn:
+            self.failure = exn
+            raise
         buffer[: len(data)] = data
         self.position += len(data)
         return len(data)
@@ -221,6 +248,13 @@ def _sample(
             url=url,
             offset=offset,
         )
+    for name in item:
+        if not isinstance(name, str):
+            raise StreamFormatError(
+                f"a {kind} item's keys must be strings (field names), not {type(name).__name__}",
+                url=url,
+                offset=offset,
+            )
     item.setdefault("__key__", f"{index:06d}")
     item["__url__"] = url
     if local_path is not None:
@@ -307,12 +341,12 @@ class _StreamWriter:
     kind = ""
 
     def __init__(self, target: str | os.PathLike[str] | BinaryIO) -> None:
+        self._atomic: AtomicFile | None = None
         if isinstance(target, str | os.PathLike):
-            self.stream: BinaryIO = open(target, "wb")  # noqa: SIM115  # closed by close()
-            self.owned = True
+            self._atomic = AtomicFile(target)  # committed by close(), aborted by __exit__
+            self.stream: BinaryIO = self._atomic.file
         else:
             self.stream = target
-            self.owned = False
         self.count = 0
         self.closed = False
 
@@ -342,25 +376,51 @@ class _StreamWriter:
         return len(data)
 
     def close(self) -> None:
+        """Flush the stream; a file written to a path is then synced to disk and renamed to
+        its name. Closing again does nothing."""
         if self.closed:
             return
         self.closed = True
-        self.stream.flush()
-        if self.owned:
-            self.stream.close()
+        if self._atomic is None:
+            self.stream.flush()
+        else:
+            self._atomic.commit()
+
+    def _abort(self) -> None:
+        """Stop writing: a file written to a path is deleted, never put under its name."""
+        self.closed = True
+        if self._atomic is not None:
+            self._atomic.abort()
+        else:
+            self.stream.flush()
 
     def __enter__(self) -> _StreamWriter:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        elif not self.closed:
+            self._abort()
 
 
 class CborWriter(_StreamWriter):
     """Write samples as concatenated CBOR items, readable by ``load_cbor``.
 
     Args:
-        target: a path (created or truncated; closed by ``close()``) or a binary stream.
+        target: a path, or a binary stream (flushed, not closed, by ``close()``). A path is
+            written under a temporary name beside it, ``.NAME.partial-PID``, and ``close()``
+            syncs it to disk and renames it to its name (replacing a file there); an exception
+            in the ``with`` block deletes it instead.
+
+    The format cannot tell a file cut between two items from a shorter shard: it reads as a
+    valid one. So the writer only ever puts a complete file under the name; a process killed
+    on the way leaves at most its temporary file (see docs/guide/writing.md).
 
     >>> buffer = io.BytesIO()
     >>> with CborWriter(buffer) as writer:
@@ -380,7 +440,19 @@ class MsgpackWriter(_StreamWriter):
     """Write samples as concatenated msgpack items, readable by ``load_msgpack``.
 
     Args:
-        target: a path (created or truncated; closed by ``close()``) or a binary stream.
+        target: a path or a binary stream, as for :class:`CborWriter`: a path is written
+            under a temporary name and renamed to its name by ``close()``, never left
+            truncated under its name.
+
+    >>> import os, tempfile
+    >>> directory = tempfile.mkdtemp()
+    >>> with MsgpackWriter(os.path.join(directory, "a.msgpack")) as writer:
+    ...     size = writer.write({"__key__": "a", "cls": 1})
+    ...     os.listdir(directory) == [f".a.msgpack.partial-{os.getpid()}"]
+    True
+    >>> os.listdir(directory)
+    ['a.msgpack']
+    >>> __import__("shutil").rmtree(directory)
     """
 
     kind = "msgpack"

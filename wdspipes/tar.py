@@ -6,7 +6,14 @@ file as a :class:`TarMember`. Directories, links, devices and FIFOs are skipped.
 compressed as a whole with gzip, bzip2, xz or zstd (with ``zstandard`` installed) is
 recognised by its magic bytes. Header checksums are verified; a shard that ends early
 anywhere, including right after a member with no end-of-archive marker, is an error that
-names the URL, the member and the byte offset (in the uncompressed tar stream).
+names the URL, the member and the byte offset (in the uncompressed tar stream). A compressed
+shard cut short gives every member decompressed before the cut, then that error, which also
+says where the compressed data ends.
+
+The end-of-archive marker is a zero block. Bytes other than zeros after it (archives joined
+with ``cat``, or a header zeroed by damage) are a :class:`~wdspipes.errors.DataAfterEndError`,
+never dropped silently; with ``ignore_zeros=True`` the walk reads on past zero blocks, as GNU
+tar's ``--ignore-zeros`` does, and so reads joined archives whole.
 
 Member names are decoded as UTF-8 (undecodable bytes kept as surrogate escapes), as
 ``tarfile`` does.
@@ -37,6 +44,7 @@ from torch.utils.data import IterDataPipe
 from wdspipes.curried import Stage, stage_factory
 from wdspipes.datapipe import StageDataPipe, functional_stage
 from wdspipes.errors import (
+    DataAfterEndError,
     Handler,
     ShardError,
     TarFormatError,
@@ -67,7 +75,7 @@ __all__ = [
 
 BLOCK = 512
 _ZERO_BLOCK = bytes(BLOCK)
-_DRAIN_LIMIT = 1 << 20
+_TAIL_CHUNK = 1 << 16
 _SLICE_LIMIT = 1 << 16
 _TERMINATORS = frozenset(b"\0 ")
 
@@ -107,33 +115,48 @@ class TarMember(NamedTuple):
     url: str
 
 
-def iter_tar(stream: ByteStream, url: str) -> Iterator[TarMember]:
+def iter_tar(stream: ByteStream, url: str, *, ignore_zeros: bool = False) -> Iterator[TarMember]:
     """Yield the regular files of the tar archive in ``stream`` (named ``url`` in errors).
 
-    Reads up to the end-of-archive marker and a little past it (so that a command feeding the
-    stream finishes and a compressed stream's checksum is verified), but does not close it.
+    Reads to the end of the stream (so that a command feeding it finishes, a compressed
+    stream's checksum is verified, and nothing after the end-of-archive marker goes unseen),
+    but does not close it.
+
+    Args:
+        stream: the shard's bytes, compressed or not.
+        url: names the shard in errors.
+        ignore_zeros: read on past zero blocks (an end-of-archive marker followed by more
+            members, as in archives joined with ``cat``) instead of raising
+            :class:`~wdspipes.errors.DataAfterEndError`.
 
     Raises:
         TruncatedShardError: the archive ends early.
+        DataAfterEndError: bytes other than zeros follow the end-of-archive marker.
         TarFormatError: a header is corrupt, or a member is of an unsupported kind (sparse).
         ShardError: reading the stream failed.
     """
-    for member in iter_tar_tuples(stream, url):
+    for member in iter_tar_tuples(stream, url, ignore_zeros=ignore_zeros):
         yield TarMember._make(member)
 
 
-def iter_tar_tuples(stream: ByteStream, url: str) -> Iterator[Member]:
+def iter_tar_tuples(
+    stream: ByteStream, url: str, *, ignore_zeros: bool = False
+) -> Iterator[Member]:
     """:func:`iter_tar` yielding plain ``(name, data, offset, url)`` tuples: the fast path."""
-    return _TarWalk(stream, url).members()
+    return _TarWalk(stream, url, ignore_zeros=ignore_zeros).members()
 
 
 class _TarWalk:
     """One forward pass over an archive: position, pending extension headers, last member."""
 
-    def __init__(self, stream: ByteStream, url: str, start: int = 0) -> None:
+    def __init__(
+        self, stream: ByteStream, url: str, start: int = 0, *, ignore_zeros: bool = False
+    ) -> None:
         self.stream = stream
         self.url = url
         self.start = start  # where the walk begins: a member's first header (see skip)
+        self.ignore_zeros = ignore_zeros
+        self.inflated: _Inflated | None = None  # the decompressor's output, if compressed
         self.offset = 0  # of the header being read
         self.member: str | None = None  # last member seen, to locate errors
         self.pending: list[dict[str, str]] = []  # GNU long names and PAX records, in order
@@ -161,9 +184,9 @@ class _TarWalk:
                     len(header) != BLOCK
                     or checksums.get(header[148:156]) != adler32(header) & 0xFFFF
                 ):
-                    if self._at_end(read, header):
+                    header = self._unusual(read, header)
+                    if not header:
                         return
-                    self._check(header)
                 kind = header[156]
                 try:  # the usual size field: eleven octal digits and a terminator
                     size = int(header[124:135], 8) if header[135] in _TERMINATORS else -1
@@ -205,7 +228,7 @@ class _TarWalk:
             raise self.truncated(f"compressed data ends early ({exn})") from exn
         except Exception as exn:
             if isinstance(exn, _corrupt_compression_errors()):
-                raise self.corrupt(f"corrupt compressed data: {exn}") from exn
+                raise self.corrupt(self._damaged(exn)) from exn
             raise ShardError(
                 self._after_member(f"reading failed: {exn}"), url=url, offset=self.offset
             ) from exn
@@ -251,16 +274,56 @@ class _TarWalk:
         self.member = name
         return self.truncated(f"member data ends after {got} of {size} bytes", in_member=True)
 
-    def _at_end(self, read: Read, header: bytes) -> bool:
-        """Whether ``header`` is the end-of-archive marker; raises if the shard ended early."""
-        if len(header) != BLOCK:
-            self._end_without_marker(len(header))
-        if header != _ZERO_BLOCK:
-            return False
-        if self.pending:
-            raise self.corrupt("extension header with no member after it")
-        _drain(read)
-        return True
+    def _unusual(self, read: Read, header: bytes) -> bytes:
+        """A header the hot loop does not recognise at once: a short one (the shard ended
+        early: raises), a corrupt one (raises), the end-of-archive marker, or a valid header
+        whose checksum field is not cached yet. Returns the header to go on with, b"" at the
+        end of the archive."""
+        while True:
+            if len(header) != BLOCK:
+                self._end_without_marker(len(header))
+            if header != _ZERO_BLOCK:
+                self._check(header)
+                return header
+            if self.pending:
+                raise self.corrupt("extension header with no member after it")
+            header = self._past_zero_block(read)
+            if not header:
+                inflated = self.inflated
+                if inflated is not None and inflated.cut:
+                    raise self.truncated("the archive is whole, but its compressed stream is not")
+                return b""
+
+    def _past_zero_block(self, read: Read) -> bytes:
+        """The block after the zero block at the current offset if ``ignore_zeros``, skipping
+        zero blocks; else b"", after checking that only zeros follow to the end of the stream.
+        Also b"" at the end of the stream (a short run of zeros there ends it too)."""
+        marker = self.offset
+        if self.ignore_zeros:
+            self.offset += BLOCK
+            block = _read_exact(read, BLOCK)
+            while block and block.count(0) == len(block):
+                if len(block) < BLOCK:
+                    return b""
+                self.offset += BLOCK
+                block = _read_exact(read, BLOCK)
+            return block
+        position = marker + BLOCK
+        while chunk := read(_TAIL_CHUNK):
+            if chunk.count(0) != len(chunk):
+                position += len(chunk) - len(chunk.lstrip(b"\0"))
+                raise DataAfterEndError(
+                    self._after_member(
+                        f"bytes other than zeros follow the end-of-archive marker (a zero "
+                        f"block) at byte {marker}"
+                    )
+                    + ": archives joined with cat, or a header zeroed by damage? They are not "
+                    "read; ignore_zeros=True reads on past zero blocks",
+                    url=self.url,
+                    offset=position,
+                )
+            position += len(chunk)
+        return b""
 
     def _check(self, header: bytes) -> None:
         """Verify a header's checksum exactly; raise if it is wrong."""
@@ -407,7 +470,14 @@ class _TarWalk:
 
     def truncated(self, problem: str, in_member: bool = False) -> TruncatedShardError:
         """An error for a shard ending early at the current offset: inside the current member
-        if ``in_member``, else at a header, after the last member read."""
+        if ``in_member``, else at a header, after the last member read. For a compressed
+        shard cut short, it also says where the compressed data and the tar data end."""
+        inflated = self.inflated
+        if inflated is not None and inflated.cut:
+            problem += (
+                f"; the compressed data ends early, after {inflated.source.consumed} bytes, "
+                f"at byte {inflated.produced} of the tar data"
+            )
         if in_member:
             return TruncatedShardError(
                 problem, url=self.url, member=self.member, offset=self.offset
@@ -420,6 +490,18 @@ class _TarWalk:
 
     def _after_member(self, problem: str) -> str:
         return problem if self.member is None else f"{problem} (after member {self.member!r})"
+
+    def _damaged(self, exn: Exception) -> str:
+        """What to say of corrupt compressed data: gzip and zstd check a stream's data only
+        at its end, so the members delivered before may be damaged too."""
+        problem = f"corrupt compressed data: {exn}"
+        if self.member is None:
+            return problem
+        return (
+            f"{problem}; the members before byte {self.offset}, from byte {self.start} up to "
+            f"{self.member!r}, were delivered before the damage was found and may be damaged "
+            "too (the checksum of a compressed stream is checked at its end)"
+        )
 
 
 def _corrupt_compression_errors() -> tuple[type[Exception], ...]:
@@ -470,16 +552,6 @@ def _read_exact(read: Read, size: int, data: bytes | None = None) -> bytes:
     return b"".join(parts)
 
 
-def _drain(read: Read) -> None:
-    """Read on past the end-of-archive marker to the end of the stream, within a limit."""
-    total = 0
-    while total < _DRAIN_LIMIT:
-        chunk = read(1 << 16)
-        if not chunk:
-            return
-        total += len(chunk)
-
-
 def _open_payload(stream: ByteStream, walk: _TarWalk) -> tuple[Read, bytes]:
     """The function reading the tar bytes and their first block, decompressing if needed.
 
@@ -492,7 +564,9 @@ def _open_payload(stream: ByteStream, walk: _TarWalk) -> tuple[Read, bytes]:
     decompress = _decompressor(first, walk)
     if decompress is None:
         return stream.read, first  # not compressed: let the walk report what is wrong
-    reader = io.BufferedReader(decompress(_Prefixed(first, stream)), BUFFER_SIZE)
+    source = _Prefixed(first, stream)
+    walk.inflated = _Inflated(decompress(source), source)
+    reader = io.BufferedReader(walk.inflated, BUFFER_SIZE)
     return reader.read, _read_exact(reader.read, BLOCK)
 
 
@@ -542,12 +616,14 @@ def _decompressor(first: bytes, walk: _TarWalk) -> Decompressor | None:
 
 
 class _Prefixed(io.RawIOBase):
-    """A stream whose first bytes were already read: gives them back, then reads on."""
+    """A stream whose first bytes were already read: gives them back, then reads on.
+    Counts the bytes it gave (``consumed``)."""
 
     def __init__(self, head: bytes, stream: ByteStream) -> None:
         super().__init__()
         self._head = head
         self._stream = stream
+        self.consumed = 0
 
     def readable(self) -> bool:
         return True
@@ -558,6 +634,40 @@ class _Prefixed(io.RawIOBase):
         else:
             data = self._stream.read(len(buffer))
         buffer[: len(data)] = data
+        self.consumed += len(data)
+        return len(data)
+
+
+class _Inflated(io.RawIOBase):
+    """A decompressor's output as a raw stream that a cut short input ends like a file.
+
+    The decompressing readers of gzip, bz2 and lzma raise EOFError when their input ends
+    inside the compressed stream; a buffered read spanning that point would lose what it had
+    decompressed already. Reading the decompressor one ``read1`` at a time, every byte
+    decompressed before the cut reaches the tar walk, then the stream ends (``cut`` set), and
+    the walk reports the cut where the tar data really ends.
+    """
+
+    def __init__(self, decompressor: Any, source: _Prefixed) -> None:
+        super().__init__()
+        self._read1 = decompressor.read1
+        self.source = source
+        self.produced = 0  # bytes of tar data given
+        self.cut = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        if self.cut:
+            return 0
+        try:
+            data = self._read1(len(buffer))
+        except EOFError:
+            self.cut = True
+            return 0
+        buffer[: len(data)] = data
+        self.produced += len(data)
         return len(data)
 
 
@@ -565,15 +675,19 @@ class _Prefixed(io.RawIOBase):
 class TarLoader(StageDataPipe[TarMember]):
     """Read the regular files of each opened tar shard (functional name: ``load_tar``).
 
-    Each stream is read to its end-of-archive marker and closed; a ``pipe:`` command that
-    failed is reported then, in preference to the damage it did to the archive. A shard found
-    bad is not kept in the shard cache (see :mod:`wdspipes.io.cache`).
+    Each stream is read to its end and closed; a ``pipe:`` command that failed is reported
+    then, in preference to the damage it did to the archive. A shard found bad is not kept in
+    the shard cache (see :mod:`wdspipes.io.cache`).
 
     Args:
         source_datapipe: yields :class:`~wdspipes.io.ShardStream` ``(url, stream)`` pairs,
             as ``open_shards`` does.
         handler: what to do when a shard is bad; continuing moves on to the next shard
-            (the members before the damage have been yielded already).
+            (the members before the damage have been yielded already; ``group_samples``
+            drops the sample it was assembling from them, which may lack members).
+        ignore_zeros: read on past zero blocks, as GNU tar's ``--ignore-zeros``: archives
+            joined with ``cat`` are read whole. By default, bytes other than zeros after the
+            end-of-archive marker are a :class:`~wdspipes.errors.DataAfterEndError`.
 
     Yields:
         :class:`TarMember` ``(name, data, offset, url)`` for each regular file.
@@ -595,11 +709,16 @@ class TarLoader(StageDataPipe[TarMember]):
     """
 
     def __init__(
-        self, source_datapipe: IterDataPipe[ShardStream], handler: Handler = reraise_exception
+        self,
+        source_datapipe: IterDataPipe[ShardStream],
+        handler: Handler = reraise_exception,
+        *,
+        ignore_zeros: bool = False,
     ) -> None:
         super().__init__()
         self.source_datapipe = source_datapipe
         self.handler = handler
+        self.ignore_zeros = ignore_zeros
 
     def __iter__(self) -> Iterator[TarMember]:
         for member in self.iter_members():
@@ -616,29 +735,50 @@ class TarLoader(StageDataPipe[TarMember]):
 
         Args:
             cursor: if given, set to each shard's number and local file before its first
-                member is yielded.
+                member is yielded. When a shard fails, the member it failed in is noted there
+                and :data:`FAILED` is yielded before the handler decides: the reader then
+                drops the sample it was assembling unless it is known to be whole, naming it
+                in ``cursor.dropped`` for the error.
             start: the byte offset in the first shard to begin at (a member's first header),
                 when resuming.
         """
         opener = self.source_datapipe
         counted = isinstance(opener, ShardOpener)
+        ignore_zeros = self.ignore_zeros
         for number, (url, stream) in enumerate(opener, start=1):
             if cursor is not None:
                 cursor.number = opener.taken if counted else number
                 cursor.local_path = getattr(stream, "local_path", None)
+                cursor.dropped = None
             try:
-                yield from _TarWalk(stream, url, start).members()
+                yield from _TarWalk(stream, url, start, ignore_zeros=ignore_zeros).members()
                 start = 0
                 stream.close()
             except Exception as exn:
-                error = shard_failure(exn, url, stream)
-                if not handle(self.handler, error):
+                if cursor is not None:
+                    cursor.failed_member = getattr(exn, "member", None)
+                    cursor.failed_offset = getattr(exn, "offset", None)
+                    yield FAILED
+                # No local holds the error: a frame of its traceback holding it would make a
+                # cycle that keeps the files of the pipeline open until garbage collection.
+                if not handle(self.handler, _dropping(shard_failure(exn, url, stream), cursor)):
                     return
             finally:
                 close_quietly(stream)
 
 
+FAILED: Member = ("", b"", -1, "")
+"""The member :meth:`TarLoader.iter_members` yields, given a cursor, when a shard fails."""
+
+
+def _dropping(error: Exception, cursor: ShardCursor | None) -> Exception:
+    """``error``, saying which sample the reader dropped, if it did."""
+    if cursor is not None and cursor.dropped is not None and isinstance(error, WdsError):
+        error.add_detail(f"sample {cursor.dropped!r}, read in part, was dropped")
+    return error
+
+
 @stage_factory
-def tar_file_expander(handler: Handler = reraise_exception) -> Stage:
+def tar_file_expander(handler: Handler = reraise_exception, *, ignore_zeros: bool = False) -> Stage:
     """The tar loader stage for ``DataPipeline(...)``: ``load_tar(handler=handler)``."""
-    return Stage(TarLoader, handler=handler)
+    return Stage(TarLoader, handler=handler, ignore_zeros=ignore_zeros)

@@ -132,6 +132,11 @@ def _slice_option(ctx: click.Context, param: click.Parameter, value: str | None)
     type=click.Choice(COMPRESSIONS),
     help="Compress the whole shard (default: by the output's suffix, e.g. .tar.gz, else none).",
 )
+@click.option(
+    "--ignore-zeros",
+    is_flag=True,
+    help="Read on past zero blocks, as GNU tar -i: reads archives joined with cat whole.",
+)
 def cat(
     shards: Sequence[str],
     output: str,
@@ -139,6 +144,7 @@ def cat(
     seed: int | None,
     bounds: Bounds | None,
     compress: str | None,
+    ignore_zeros: bool,
 ) -> None:
     """Concatenate the samples of SHARDS into one shard.
 
@@ -150,7 +156,7 @@ def cat(
     clock = Stopwatch()
     urls = expand_shards(shards)
     compression = output_compression(output, compress)
-    reader = read_samples(urls, desc=output)
+    reader = read_samples(urls, desc=output, ignore_zeros=ignore_zeros)
     samples: Iterable[Sample] = reader
     if bufsize is not None:
         source = IterableWrapper(reader, deepcopy=False)

@@ -126,14 +126,18 @@ def expand_shards(specs: Sequence[str]) -> list[str]:
     return [url for spec in specs for url in expand_urls(spec)]
 
 
-def read_samples(urls: Sequence[str], desc: str = "reading") -> Generator[Sample, None, None]:
+def read_samples(
+    urls: Sequence[str], desc: str = "reading", *, ignore_zeros: bool = False
+) -> Generator[Sample, None, None]:
     """The samples of the shards at ``urls``, in order, as the read pipeline groups them
     (``__key__``, ``__url__`` and raw ``bytes`` fields), counted by a progress bar.
+    ``ignore_zeros`` reads on past zero blocks (see :class:`~wdspipes.tar.TarLoader`).
 
     Raises:
         WdsError: a shard cannot be opened or read, or a sample has a duplicate field.
     """
-    samples = SampleGrouper(TarLoader(ShardOpener(ShardList(list(urls)))))
+    loader = TarLoader(ShardOpener(ShardList(list(urls))), ignore_zeros=ignore_zeros)
+    samples = SampleGrouper(loader)
     with progress(unit=" samples", desc=desc) as bar:
         for sample in samples:
             bar.update()

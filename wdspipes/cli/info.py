@@ -29,7 +29,7 @@ from wdspipes.cli.common import (
     progress,
     summarize,
 )
-from wdspipes.errors import WdsError
+from wdspipes.errors import DataAfterEndError, WdsError
 from wdspipes.grouping import is_meta, split_name
 from wdspipes.io.opener import ByteStream, close_quietly, open_url, shard_failure
 from wdspipes.tar import detect_compression, iter_tar
@@ -164,9 +164,11 @@ class _Measured:
         self.stream.close()
 
 
-def read_shard(url: str) -> ShardReport:
+def read_shard(url: str, *, ignore_zeros: bool = False) -> ShardReport:
     """Read the shard at ``url`` to its end and report on it; a shard that cannot be opened
-    or read is a ``read-error`` problem, with what was read before the damage counted."""
+    or read is a ``read-error`` problem, with what was read before the damage counted; bytes
+    after the end-of-archive marker a ``data-after-end`` one (read on past zero blocks
+    instead with ``ignore_zeros``)."""
     report = ShardReport(url)
     try:
         opened = open_url(url)
@@ -176,13 +178,14 @@ def read_shard(url: str) -> ShardReport:
         return report
     file_size = _file_size(opened)
     try:
-        for name, data, offset, _ in iter_tar(stream, url):
+        for name, data, offset, _ in iter_tar(stream, url, ignore_zeros=ignore_zeros):
             report.add_member(name, data, offset)
         stream.close()  # a pipe: command reports its exit status here
     except WdsError as exn:
         error = shard_failure(exn, url, stream)  # a pipe: command's status explains it better
         assert isinstance(error, WdsError)  # exn is one, and so is a source's failure
-        report.problem("read-error", str(error), error.member, error.offset)
+        kind = "data-after-end" if isinstance(error, DataAfterEndError) else "read-error"
+        report.problem(kind, str(error), error.member, error.offset)
     finally:
         close_quietly(stream)
         report.compression = detect_compression(stream.head)
@@ -205,12 +208,18 @@ def _file_size(stream: object) -> int | None:
 @click.command()
 @click.argument("shards", nargs=-1, required=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of a table.")
-def info(shards: Sequence[str], as_json: bool) -> None:
+@click.option(
+    "--ignore-zeros",
+    is_flag=True,
+    help="Read on past zero blocks, as GNU tar -i: counts archives joined with cat whole.",
+)
+def info(shards: Sequence[str], as_json: bool, ignore_zeros: bool) -> None:
     """Count the samples, members, fields and bytes of SHARDS and check them for problems.
 
     Problems: keys that come again after other keys (the samples would be split), fields
     twice in a sample, names without a field, and shards that cannot be read (missing,
-    not a tar archive, truncated, bad checksum) with the byte offset. The exit status is 1
+    not a tar archive, truncated, bad checksum) with the byte offset, and data after the
+    end-of-archive marker (archives joined with cat, or a zeroed header). The exit status is 1
     if any shard has a problem.
     """
     clock = Stopwatch()
@@ -218,7 +227,7 @@ def info(shards: Sequence[str], as_json: bool) -> None:
     reports = []
     with progress(urls, unit=" shards", desc="info") as bar:
         for url in bar:
-            reports.append(read_shard(url))
+            reports.append(read_shard(url, ignore_zeros=ignore_zeros))
     total = _total(reports)
     if as_json:
         click.echo(json.dumps({"shards": [r.as_json() for r in reports], "total": total}, indent=2))

@@ -1,14 +1,24 @@
 """``wdspipes reshard``: rewrite shards into new ones, in order or uniformly shuffled.
 
 The work is :func:`wdspipes.reshard.reshard`; this module parses the arguments, shows the
-progress bars and prints the summary.
+progress bars and prints the summary, or the error of a failed run, which wrote nothing.
 """
 
 from __future__ import annotations
 
+import os
+
 import click
 
-from wdspipes.cli.common import COMPRESSIONS, SIZE, expand_shards, format_size, summarize
+from wdspipes.cli.common import (
+    COMPRESSIONS,
+    SIZE,
+    expand_shards,
+    format_size,
+    one_line,
+    summarize,
+)
+from wdspipes.errors import WdsError
 from wdspipes.reshard import ReshardReport
 from wdspipes.reshard import reshard as reshard_shards
 
@@ -74,8 +84,9 @@ def reshard(
     Samples are copied byte for byte, never decoded. The shuffle takes two passes: each
     sample goes to one of several bucket files at random, then each bucket in turn is
     loaded, shuffled and written, so memory stays near --memory however large the data.
-    Shards appear under their names only when complete; temporary files are removed, also
-    on failure.
+    All or nothing: the shards are written in a hidden directory beside the output and get
+    their names only once all are complete. A run that fails writes nothing (files already
+    under the output names stay as they were) and removes its temporary files.
 
     \b
     Examples:
@@ -84,19 +95,34 @@ def reshard(
     """
     if seed is not None and not shuffle:
         raise click.UsageError("--seed applies only with --shuffle")
-    report = reshard_shards(
-        expand_shards(shards),
-        pattern,
-        maxcount=maxcount,
-        maxsize=maxsize,
-        shuffle=shuffle,
-        seed=seed,
-        memory=memory,
-        tmpdir=tmpdir,
-        compress=compress,
-        progress=True,
-    )
+    try:
+        report = reshard_shards(
+            expand_shards(shards),
+            pattern,
+            maxcount=maxcount,
+            maxsize=maxsize,
+            shuffle=shuffle,
+            seed=seed,
+            memory=memory,
+            tmpdir=tmpdir,
+            compress=compress,
+            progress=True,
+        )
+    except (WdsError, ValueError, OSError) as exn:
+        raise click.ClickException(f"{one_line(_problem(exn))}; nothing was written") from exn
     summarize(describe(report))
+
+
+def _problem(exn: Exception) -> str:
+    """What went wrong: an OSError about a file as ``<file>: <problem>``, as ``wdspipes``
+    reports any error.
+
+    >>> _problem(FileNotFoundError(2, "No such file or directory", "out"))
+    'out: No such file or directory'
+    """
+    if isinstance(exn, OSError) and exn.filename is not None and exn.strerror:
+        return f"{os.fsdecode(exn.filename)}: {exn.strerror}"
+    return str(exn)
 
 
 def describe(report: ReshardReport) -> str:

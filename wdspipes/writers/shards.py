@@ -2,7 +2,8 @@
 
 Each shard is written under a temporary name in its final directory (``.NAME.partial-PID``,
 hidden, and never a name of the pattern), synced to disk, and renamed to its final name only
-once complete: a crash or an exception never leaves a truncated shard under a final name.
+once complete (:class:`~wdspipes.writers.atomic.AtomicFile`): a crash or an exception never
+leaves a truncated shard under a final name.
 
 >>> import os, tempfile
 >>> directory = tempfile.mkdtemp()
@@ -18,13 +19,13 @@ once complete: a crash or an exception never leaves a truncated shard under a fi
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, BinaryIO
+from typing import Any
 
+from wdspipes.writers.atomic import AtomicFile
 from wdspipes.writers.encoders import SampleEncoder
 from wdspipes.writers.tar import (
     TarWriter,
@@ -34,7 +35,7 @@ from wdspipes.writers.tar import (
     sample_blocks,
 )
 
-__all__ = ["ShardWriter"]
+__all__ = ["ShardWriter", "check_pattern"]
 
 # A printf conversion: optional mapping key, flags, width, precision, length, then the type.
 _CONVERSION = re.compile(r"%(\([^)]*\))?[#0 +-]*(\*|\d+)?(?:\.(\*|\d*))?[hlL]?(.?)", re.DOTALL)
@@ -82,7 +83,7 @@ class ShardWriter:
         mtime: float = 0,
         trusted: bool = False,
     ) -> None:
-        _check_pattern(pattern)
+        check_pattern(pattern)
         if maxcount < 1:
             raise ValueError(f"maxcount must be >= 1, got {maxcount}")
         if not maxsize > 0:
@@ -99,8 +100,7 @@ class ShardWriter:
         self._encode = member_encoder(encoder, trusted)
         self._next_shard = start_shard
         self._writer: TarWriter | None = None
-        self._file: BinaryIO | None = None
-        self._temporary = self._final = ""
+        self._file: AtomicFile | None = None
         self._closed = False
         self.shards: list[str] = []
         self.count = 0
@@ -130,38 +130,33 @@ class ShardWriter:
     def _open(self) -> TarWriter:
         """Start the next shard under its temporary name."""
         final = self.pattern % self._next_shard
-        directory, name = os.path.split(final)
+        directory = os.path.dirname(final)
         if directory:
             os.makedirs(directory, exist_ok=True)
-        temporary = os.path.join(directory, f".{name}.partial-{os.getpid()}")
-        self._file = open(temporary, "wb")  # noqa: SIM115  # closed by _finish or _abort
-        self._temporary, self._final = temporary, final
-        self._writer = TarWriter(self._file, compress=self.compress, mtime=self.mtime)
+        self._file = AtomicFile(final)  # committed by _finish, aborted by _abort
+        self._writer = TarWriter(self._file.file, compress=self.compress, mtime=self.mtime)
         self._next_shard += 1
         return self._writer
 
     def _finish(self) -> None:
         """Complete the current shard, sync it, rename it to its final name, call ``post``."""
         assert self._writer is not None and self._file is not None  # by the callers
+        final = self._file.path
         try:
             self._writer.close()
-            os.fsync(self._file.fileno())
-            self._file.close()
-            os.replace(self._temporary, self._final)
+            self._file.commit()
         except BaseException:
             self._abort()
             raise
         self._writer = self._file = None
-        self.shards.append(self._final)
+        self.shards.append(final)
         if self.post is not None:
-            self.post(self._final)
+            self.post(final)
 
     def _abort(self) -> None:
         """Close and delete the unfinished shard, if any."""
         if self._file is not None:
-            self._file.close()
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(self._temporary)
+            self._file.abort()
         self._writer = self._file = None
 
     def close(self) -> None:
@@ -191,7 +186,7 @@ class ShardWriter:
         return f"ShardWriter({self.pattern!r}, shards={len(self.shards)}, count={self.count})"
 
 
-def _check_pattern(pattern: str) -> None:
+def check_pattern(pattern: str) -> None:
     """Raise ValueError unless ``pattern`` has exactly one printf integer placeholder."""
     conversions = [m for m in _CONVERSION.finditer(pattern) if m.group(4) != "%"]
     valid = (
