@@ -5,6 +5,9 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tarfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -110,3 +113,21 @@ def require_tool(name: str) -> str:
             pytest.skip(message)
         pytest.fail(message)
     return path
+
+
+def kill_when_ready(script: str, *args: str) -> int:
+    """Run ``python -c script *args`` until it prints ``ready``, then SIGKILL it (a writer
+    killed in the middle of its work). Returns its process id."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "ready\n"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+    assert child.returncode == -signal.SIGKILL
+    return child.pid

@@ -373,3 +373,43 @@ def test_joined_archives_resume_with_ignore_zeros(tmp_path: Path) -> None:
         again = build()
         again.load_state_dict(pipe.state_dict())
         assert first + [s["__key__"] for s in again] == expected
+
+
+def test_a_zstd_shard_cut_in_its_checksum_is_an_error() -> None:
+    compressed = zstandard.ZstdCompressor(write_checksum=True).compress(GOOD)
+    names, error = _members_and_error(compressed[:-4])  # the frame's content checksum
+    assert names == [f"{key}.{field}" for key in KEYS for field in ("cls", "txt")]
+    assert isinstance(error, wds.TruncatedShardError)
+    assert "the compressed data ends early" in str(error)
+
+
+def test_corrupt_bzip2_data_is_a_format_error() -> None:
+    _, error = _members_and_error(b"BZh91AY&SY" + bytes(range(256)) + bytes(600))
+    assert isinstance(error, wds.TarFormatError)
+    assert "corrupt compressed data" in str(error)
+
+
+@pytest.mark.parametrize("size", [0o77777777777, 2**40, 2**87])
+def test_a_forged_huge_size_is_a_located_cut_and_allocates_nothing_big(
+    tmp_path: Path, size: int
+) -> None:
+    from shardgen import raw_header, raw_member
+
+    field = b"%011o\0" % size if size < 8**11 else bytes([0x80]) + size.to_bytes(11, "big")
+    data = raw_member("a.txt", b"a") + raw_header("b.txt", size_field=field) + b"abc"
+    names: list[str] = []
+    with (
+        open(write(tmp_path, "huge.tar", data), "rb") as stream,  # reads allocate what they ask
+        pytest.raises(wds.TruncatedShardError) as caught,
+    ):
+        names.extend(member.name for member in iter_tar(stream, "huge.tar"))
+    error = caught.value
+    assert names == ["a.txt"]
+    assert (error.member, error.offset) == ("b.txt", 1024)
+    assert f"after 3 of {size} bytes" in str(error)
+
+
+def test_a_stream_item_keyed_by_a_number_is_an_error(tmp_path: Path) -> None:
+    shard = write(tmp_path, "int.msgpack", msgpack.packb({"__key__": 5, "cls": 1}))
+    with pytest.raises(wds.StreamFormatError, match="__key__ must be a string, not int"):
+        list(wds.DataPipeline(wds.SimpleShardList([shard]), wds.msgpack_to_samples()))

@@ -601,6 +601,93 @@ def test_the_mend_is_in_place_whichever_is_imported_first(tmp_path: Path, first:
     subprocess.run([sys.executable, "-c", script], check=True)
 
 
+def mended_prefetcher() -> Any:
+    from torchdata.datapipes.iter import IterableWrapper
+
+    from wdspipes.loaders import dataloader2
+
+    dataloader2()  # imports and mends
+    return IterableWrapper
+
+
+class CountingWaits:
+    """Counts the calls of ``time.sleep`` in the process: polling shows as thousands."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import time
+
+        self.calls = 0
+        sleep = time.sleep
+
+        def counting(seconds: float) -> None:
+            self.calls += 1
+            sleep(seconds)
+
+        monkeypatch.setattr(time, "sleep", counting)
+
+
+def slowly(item: int) -> int:
+    import time
+
+    time.sleep(0.002)  # a stage that takes time: a polling reader would look many times
+    return item
+
+
+def test_the_prefetch_buffer_waits_without_polling(monkeypatch: pytest.MonkeyPatch) -> None:
+    wrapper = mended_prefetcher()
+    waits = CountingWaits(monkeypatch)
+    items = list(wrapper(range(50)).map(slowly).prefetch(3))
+    assert items == list(range(50))
+    assert waits.calls == 50  # the stage's own sleeps: none from the buffer
+
+
+def test_the_prefetch_buffer_passes_errors_and_stops_early() -> None:
+    wrapper = mended_prefetcher()
+
+    def fail(item: int) -> int:
+        if item == 7:
+            raise ValueError("item 7")
+        return item
+
+    with pytest.raises(ValueError, match="item 7"):
+        list(wrapper(range(20)).map(fail).prefetch(4))
+    pipe = wrapper(range(1000)).prefetch(2)
+    iterator = iter(pipe)
+    assert [next(iterator) for _ in range(5)] == [0, 1, 2, 3, 4]
+    pipe.pause()
+    pipe.resume()
+    assert next(iterator) == 5
+    pipe.reset()  # ends the thread
+
+
+def test_dataloader2_main_process_waits_without_polling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    urls = shardgen.write_shards(tmp_path, 4, 20)
+    loader = DataLoader2(
+        wds.WebDataset(urls).map(slowly_sample), reading_service=mp_service(WORKERS)
+    )
+    try:
+        waits = CountingWaits(monkeypatch)  # in the main process (the workers sleep apart)
+        samples = iter(loader)
+        keys = [next(samples)["__key__"]]  # the epoch has begun: the workers are running
+        waits.calls = 0
+        keys += [sample["__key__"] for sample in samples]
+    finally:
+        loader.shutdown()
+    assert sorted(keys) == all_keys(4, 20)
+    # 79 samples of 5 ms on 2 workers: a reader polling each millisecond would sleep hundreds
+    # of times, one polling its prefetch buffer every 0.1 ms thousands.
+    assert waits.calls < 10
+
+
+def slowly_sample(sample: dict[str, Any]) -> dict[str, Any]:
+    import time
+
+    time.sleep(0.005)
+    return sample
+
+
 # --- 7: abandoning an epoch -------------------------------------------------------------------
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import collections
 import math
 import os
-import signal
 import subprocess
 import sys
 import tarfile
@@ -17,7 +16,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from shardgen import make_tar, write_shards
+from shardgen import kill_when_ready, make_tar, write_shards
 
 import wdspipes as wds
 import wdspipes.reshard as reshard_module
@@ -298,18 +297,7 @@ def test_a_killed_run_leaves_nothing_under_the_final_names(
 ) -> None:
     out = tmp_path / "out"
     args = [str(out / "o-%02d.tar"), str(int(shuffle)), *inputs]
-    child = subprocess.Popen(
-        [sys.executable, "-c", KILLED_RESHARD, *args], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline() == "ready\n"
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-        if child.stdout is not None:
-            child.stdout.close()
-    assert child.returncode == -signal.SIGKILL
+    kill_when_ready(KILLED_RESHARD, *args)
     assert [p.name for p in out.glob("o-*")] == []
     (staging,) = out.iterdir()  # the finished shards wait in one hidden directory
     assert staging.name.startswith(".reshard-")

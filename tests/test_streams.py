@@ -10,9 +10,6 @@ from __future__ import annotations
 import io
 import os
 import re
-import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +19,7 @@ import msgpack
 import numpy as np
 import pytest
 from PIL import Image
+from shardgen import kill_when_ready
 from torch.utils.data import DataLoader
 from torch.utils.data.datapipes.iter import IterableWrapper
 
@@ -332,22 +330,9 @@ def test_a_killed_writer_leaves_nothing_under_the_final_name(kind: str, tmp_path
     appear under its name before it is complete: a writer killed mid-way leaves at most its
     hidden temporary file."""
     path = tmp_path / f"killed.{kind}"
-    child = subprocess.Popen(
-        [sys.executable, "-c", KILLED_WRITER, KINDS[kind][0].__name__, str(path)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline() == "ready\n"
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-        if child.stdout is not None:
-            child.stdout.close()
-    assert child.returncode == -signal.SIGKILL
+    pid = kill_when_ready(KILLED_WRITER, KINDS[kind][0].__name__, str(path))
     assert not path.exists()
-    assert os.listdir(tmp_path) == [f".killed.{kind}.partial-{child.pid}"]
+    assert os.listdir(tmp_path) == [f".killed.{kind}.partial-{pid}"]
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

@@ -18,7 +18,6 @@ import io
 import os
 import pickle
 import re
-import signal
 import subprocess
 import sys
 import tarfile
@@ -800,23 +799,12 @@ time.sleep(600)
 
 def test_killed_writer_leaves_no_truncated_shard(tmp_path: Path) -> None:
     pattern = str(tmp_path / "k-%06d.tar")
-    child = subprocess.Popen(
-        [sys.executable, "-c", KILLED_WRITER, pattern], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline() == "ready\n"
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-        if child.stdout is not None:
-            child.stdout.close()
-    assert child.returncode == -signal.SIGKILL
+    pid = shardgen.kill_when_ready(KILLED_WRITER, pattern)
     final = [name for name in shard_files(tmp_path) if re.fullmatch(r"k-\d{6}\.tar", name)]
     assert final == ["k-000000.tar", "k-000001.tar"]
     assert [len(keys) for keys in keys_per_shard([str(tmp_path / n) for n in final])] == [10, 10]
     (partial,) = set(shard_files(tmp_path)) - set(final)
-    assert partial == f".k-000002.tar.partial-{child.pid}"
+    assert partial == f".k-000002.tar.partial-{pid}"
     assert (tmp_path / partial).stat().st_size > 0
     with pytest.raises(TruncatedShardError):
         raw(str(tmp_path / partial))

@@ -61,7 +61,7 @@ class StageDataPipe(IterDataPipe[T_co]):
 
     Pickling a stage mends DataLoader2's multiprocessing if torchdata is loaded (see
     :func:`wdspipes.loaders.fix_dataloader2`): DataLoader2 pickles the graph it is given before
-    it starts any worker.
+    it starts any worker; unpickling one mends it in a spawned worker.
     """
 
     _is_child_datapipe = False
@@ -73,6 +73,10 @@ class StageDataPipe(IterDataPipe[T_co]):
     def __getstate__(self) -> Any:
         fix_dataloader2()
         return super().__getstate__()  # type: ignore[no-untyped-call]
+
+    def __setstate__(self, state: Any) -> None:
+        fix_dataloader2()  # a spawned worker process: its prefetch buffer is mended too
+        self.__dict__.update(state)
 
     def state_dict(self) -> dict[str, Any]:
         """The position of the pipeline that ends in this stage, mid-epoch: small data that

@@ -255,7 +255,13 @@ def _sample(
                 url=url,
                 offset=offset,
             )
-    item.setdefault("__key__", f"{index:06d}")
+    key = item.setdefault("__key__", f"{index:06d}")
+    if not isinstance(key, str):
+        raise StreamFormatError(
+            f"a {kind} item's __key__ must be a string, not {type(key).__name__}",
+            url=url,
+            offset=offset,
+        )
     item["__url__"] = url
     if local_path is not None:
         item["__local_path__"] = local_path

@@ -29,18 +29,15 @@ Member names are decoded as UTF-8 (undecodable bytes kept as surrogate escapes),
 
 from __future__ import annotations
 
-import bz2
-import gzip
 import io
-import lzma
 import struct
-import sys
 import zlib
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from torch.utils.data import IterDataPipe
 
+from wdspipes.compression import CorruptDataError, Inflated, detect_compression, inflate
 from wdspipes.curried import Stage, stage_factory
 from wdspipes.datapipe import StageDataPipe, functional_stage
 from wdspipes.errors import (
@@ -76,6 +73,7 @@ __all__ = [
 BLOCK = 512
 _ZERO_BLOCK = bytes(BLOCK)
 _TAIL_CHUNK = 1 << 16
+_ONE_READ = 1 << 26  # larger members are read in parts of this size
 _SLICE_LIMIT = 1 << 16
 _TERMINATORS = frozenset(b"\0 ")
 
@@ -156,7 +154,7 @@ class _TarWalk:
         self.url = url
         self.start = start  # where the walk begins: a member's first header (see skip)
         self.ignore_zeros = ignore_zeros
-        self.inflated: _Inflated | None = None  # the decompressor's output, if compressed
+        self.inflated: Inflated | None = None  # the decompressor's output, if compressed
         self.offset = 0  # of the header being read
         self.member: str | None = None  # last member seen, to locate errors
         self.pending: list[dict[str, str]] = []  # GNU long names and PAX records, in order
@@ -208,7 +206,7 @@ class _TarWalk:
                             chunk = self._rest_of_chunk(read, chunk, name, size, end)
                         data, header = chunk[:size], chunk[end:]
                     else:  # large: the data into a bytes object of its own, without a copy
-                        data = read(size)
+                        data = read(size) if size <= _ONE_READ else _read_exact(read, size)
                         after = read(end - size + BLOCK)
                         if len(data) == size and len(after) == end - size + BLOCK:
                             self.offset = offset + BLOCK + end
@@ -226,9 +224,9 @@ class _TarWalk:
             raise
         except EOFError as exn:
             raise self.truncated(f"compressed data ends early ({exn})") from exn
+        except CorruptDataError as exn:
+            raise self.corrupt(self._damaged(exn)) from exn.__cause__
         except Exception as exn:
-            if isinstance(exn, _corrupt_compression_errors()):
-                raise self.corrupt(self._damaged(exn)) from exn
             raise ShardError(
                 self._after_member(f"reading failed: {exn}"), url=url, offset=self.offset
             ) from exn
@@ -504,12 +502,6 @@ class _TarWalk:
         )
 
 
-def _corrupt_compression_errors() -> tuple[type[Exception], ...]:
-    zstd = sys.modules.get("zstandard")
-    extra = (zstd.ZstdError,) if zstd is not None else ()
-    return (zlib.error, gzip.BadGzipFile, lzma.LZMAError, *extra)
-
-
 def _checksum_problem(header: bytes) -> str | None:
     """None if the header's checksum is right (unsigned, or signed as some old tars wrote it),
     else what is wrong with it. Valid unsigned checksum fields are cached in _CHECKSUMS."""
@@ -535,16 +527,18 @@ def _checksum_problem(header: bytes) -> str | None:
 def _read_exact(read: Read, size: int, data: bytes | None = None) -> bytes:
     """``read(size)``, continued after a short read until ``size`` bytes or the end.
 
-    ``data`` is what a first ``read(size)`` already returned, if it was called.
+    ``data`` is what a first ``read(size)`` already returned, if it was called. Reads of over
+    :data:`_ONE_READ` bytes go in parts, so that a size forged in a damaged header allocates
+    no more than the data there is.
     """
     if data is None:
-        data = read(size)
+        data = read(min(size, _ONE_READ))
     if len(data) == size:
         return data
     parts = [data]
     got = len(data)
     while got < size:
-        chunk = read(size - got)
+        chunk = read(min(size - got, _ONE_READ))
         if not chunk:
             break
         parts.append(chunk)
@@ -561,114 +555,15 @@ def _open_payload(stream: ByteStream, walk: _TarWalk) -> tuple[Read, bytes]:
     first = _read_exact(stream.read, BLOCK)
     if first == _ZERO_BLOCK or (len(first) == BLOCK and _checksum_problem(first) is None):
         return stream.read, first
-    decompress = _decompressor(first, walk)
-    if decompress is None:
+    try:
+        inflated = inflate(stream, first)
+    except ImportError as exn:
+        raise walk.corrupt(str(exn)) from None
+    if inflated is None:
         return stream.read, first  # not compressed: let the walk report what is wrong
-    source = _Prefixed(first, stream)
-    walk.inflated = _Inflated(decompress(source), source)
-    reader = io.BufferedReader(walk.inflated, BUFFER_SIZE)
+    walk.inflated = inflated
+    reader = io.BufferedReader(inflated, BUFFER_SIZE)
     return reader.read, _read_exact(reader.read, BLOCK)
-
-
-# A decompressor takes the raw stream and returns a readable object with ``readinto``.
-Decompressor = Callable[[Any], Any]
-
-
-def detect_compression(head: bytes) -> str | None:
-    """The whole-shard compression that the first bytes of a shard show, by magic number.
-
-    >>> detect_compression(b"\\x1f\\x8b\\x08\\x00"), detect_compression(b"BZh91AY&SY")
-    ('gzip', 'bzip2')
-    >>> detect_compression(b"\\xfd7zXZ\\x00"), detect_compression(b"\\x28\\xb5\\x2f\\xfd")
-    ('xz', 'zstd')
-    >>> detect_compression(b"BZh.jpg\\0\\0\\0") is None  # a tar member named BZh.jpg
-    True
-    """
-    if head.startswith(b"\x1f\x8b\x08"):
-        return "gzip"
-    if head.startswith(b"BZh") and head[4:10] in (b"1AY&SY", b"\x17rE8P\x90"):
-        return "bzip2"
-    if head.startswith(b"\xfd7zXZ\x00"):
-        return "xz"
-    if head.startswith(b"\x28\xb5\x2f\xfd"):
-        return "zstd"
-    return None
-
-
-def _decompressor(first: bytes, walk: _TarWalk) -> Decompressor | None:
-    """The decompressor that the magic bytes at the start of a shard call for, if any."""
-    kind = detect_compression(first)
-    if kind == "gzip":
-        return lambda raw: gzip.GzipFile(fileobj=raw, mode="rb")
-    if kind == "bzip2":
-        return bz2.BZ2File
-    if kind == "xz":
-        return lzma.LZMAFile
-    if kind == "zstd":
-        try:
-            import zstandard
-        except ImportError:
-            raise walk.corrupt(
-                "the shard is zstd-compressed: install 'zstandard' (pip install 'wdspipes[zstd]')"
-            ) from None
-        return lambda raw: zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
-    return None
-
-
-class _Prefixed(io.RawIOBase):
-    """A stream whose first bytes were already read: gives them back, then reads on.
-    Counts the bytes it gave (``consumed``)."""
-
-    def __init__(self, head: bytes, stream: ByteStream) -> None:
-        super().__init__()
-        self._head = head
-        self._stream = stream
-        self.consumed = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        if self._head:
-            data, self._head = self._head[: len(buffer)], self._head[len(buffer) :]
-        else:
-            data = self._stream.read(len(buffer))
-        buffer[: len(data)] = data
-        self.consumed += len(data)
-        return len(data)
-
-
-class _Inflated(io.RawIOBase):
-    """A decompressor's output as a raw stream that a cut short input ends like a file.
-
-    The decompressing readers of gzip, bz2 and lzma raise EOFError when their input ends
-    inside the compressed stream; a buffered read spanning that point would lose what it had
-    decompressed already. Reading the decompressor one ``read1`` at a time, every byte
-    decompressed before the cut reaches the tar walk, then the stream ends (``cut`` set), and
-    the walk reports the cut where the tar data really ends.
-    """
-
-    def __init__(self, decompressor: Any, source: _Prefixed) -> None:
-        super().__init__()
-        self._read1 = decompressor.read1
-        self.source = source
-        self.produced = 0  # bytes of tar data given
-        self.cut = False
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        if self.cut:
-            return 0
-        try:
-            data = self._read1(len(buffer))
-        except EOFError:
-            self.cut = True
-            return 0
-        buffer[: len(data)] = data
-        self.produced += len(data)
-        return len(data)
 
 
 @functional_stage("load_tar")
