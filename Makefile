@@ -1,10 +1,11 @@
 # The two entry points of the README: `make demo` and `make test`. Each sets everything up on a
 # fresh machine first: a virtual environment in .venv with the pinned dependencies, and (for the
-# tests) the command-line tar writers that the differential tests compare against.
+# tests) the command-line tar writers that the differential tests compare against, and the
+# JPEG encoder cjpeg that the image tests encode with.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-DEBIAN_TOOLS := tar bsdtar:libarchive-tools gzip bzip2 xz:xz-utils zstd
+DEBIAN_TOOLS := tar bsdtar:libarchive-tools gzip bzip2 xz:xz-utils zstd cjpeg:libjpeg-turbo-progs
 
 .PHONY: demo test lint setup test-tools
 

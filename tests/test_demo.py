@@ -36,8 +36,8 @@ def assert_shards(directory: Path, split: str, count: int, shards: int) -> None:
     labels = Counter(sample["cls"] for sample in samples)
     assert labels == dict.fromkeys(range(len(CLASSES)), count // len(CLASSES))
     for sample in samples:
-        assert set(sample) >= {"png", "cls"}
-        assert sample["png"].shape == (IMAGE_SIZE, IMAGE_SIZE, 3)
+        assert set(sample) >= {"jpg", "cls"}
+        assert sample["jpg"].shape == (IMAGE_SIZE, IMAGE_SIZE, 3)
 
 
 def assert_pictures(output: Path) -> None:
@@ -131,10 +131,10 @@ def test_the_dataset_is_deterministic_balanced_and_varied() -> None:
     again = list(shape_samples(30, seed=5, split="train"))
     for a, b in zip(first, again, strict=False):
         assert a["__key__"] == b["__key__"] and a["cls"] == b["cls"]
-        assert np.array_equal(a["png"], b["png"])
+        assert np.array_equal(a["jpg"], b["jpg"])
     assert Counter(sample["cls"] for sample in first) == dict.fromkeys(range(len(CLASSES)), 10)
-    pictures = np.stack([sample["png"] for sample in first])
+    pictures = np.stack([sample["jpg"] for sample in first])
     assert len({picture.tobytes() for picture in pictures}) == len(pictures)
     assert pictures.reshape(len(pictures), -1).std(axis=1).min() > 10  # a shape on a background
     for other in (shape_samples(60, seed=6, split="train"), shape_samples(60, 5, "val")):
-        assert not np.array_equal(pictures, np.stack([sample["png"] for sample in other]))
+        assert not np.array_equal(pictures, np.stack([sample["jpg"] for sample in other]))

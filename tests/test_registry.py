@@ -5,6 +5,7 @@ until it is. Also: wdspipes and torchdata import together, in either order, with
 from __future__ import annotations
 
 import pickle
+import random
 import subprocess
 import sys
 from collections.abc import Callable
@@ -63,6 +64,16 @@ def describe(sample: dict[str, Any]) -> str:
     return f"{sample['__key__']}: {sample['txt']}"
 
 
+class Jitter:
+    """A decode handler that draws from the generator the stage hands it: the stage's
+    seeding shows in the output."""
+
+    takes_rng = True
+
+    def __call__(self, key: str, data: bytes, rng: random.Random) -> Any:
+        return (data, rng.random()) if key == ".txt" else None
+
+
 # Functional name -> (build an example pipeline from shard paths). Functions must be defined
 # at module level, so that the pipelines pickle.
 EXAMPLES: dict[str, Callable[[list[str]], IterDataPipe[Any]]] = {
@@ -73,7 +84,7 @@ EXAMPLES: dict[str, Callable[[list[str]], IterDataPipe[Any]]] = {
     "group_samples": samples,
     "load_cbor": lambda urls: streams(urls, ".cbor").open_shards().load_cbor(),
     "load_msgpack": lambda urls: streams(urls, ".msgpack").open_shards().load_msgpack(),
-    "decode": lambda urls: samples(urls).decode(),
+    "decode": lambda urls: samples(urls).decode(Jitter()),
     "buffer_shuffle": lambda urls: samples(urls).buffer_shuffle(5),
     "to_tuple": tuples,
     "map_tuple": lambda urls: tuples(urls).map_tuple(str, len),

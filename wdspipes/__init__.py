@@ -12,6 +12,7 @@ from wdspipes.curried import Stage
 from wdspipes.decoders import (
     Continue,
     ImageDecoder,
+    RandomResizedCrop,
     SampleDecoder,
     UntrustedDataError,
     decode,
@@ -121,6 +122,7 @@ __all__ = [
     "MissingFieldError",
     "MsgpackLoader",
     "MsgpackWriter",
+    "RandomResizedCrop",
     "Renamer",
     "ResampledShards",
     "ResumeError",

@@ -58,7 +58,7 @@ from torch.utils.data import IterDataPipe
 
 from wdspipes.distributed import sharding_filter_of
 
-__all__ = ["Seeding", "sharding_position"]
+__all__ = ["SeededStage", "Seeding", "sharding_position"]
 
 
 class Seeding:
@@ -159,6 +159,22 @@ class Seeding:
         self.loader_seed = None
         self.seedings = max(state["seedings"] - 1, 0)
         self.iterations = 0
+
+
+class SeededStage:
+    """The seed and resume methods of a stage whose only state is its :class:`Seeding`
+    (``self.seeding``): put it before the stage's DataPipe base class."""
+
+    seeding: Seeding
+
+    def set_seed(self, seed: int) -> None:
+        self.seeding.set_seed(seed)
+
+    def resume_state(self) -> dict[str, Any]:
+        return {"seeding": self.seeding.state()}
+
+    def resume_from(self, state: dict[str, Any]) -> None:
+        self.seeding.load_state(state["seeding"])
 
 
 def sharding_position(datapipe: IterDataPipe[Any]) -> tuple[int, int] | None:

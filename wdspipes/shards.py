@@ -21,7 +21,7 @@ from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
 from wdspipes.datapipe import StageDataPipe, functional_stage
 from wdspipes.distributed import sharding_filter_of
-from wdspipes.seeds import Seeding
+from wdspipes.seeds import SeededStage, Seeding
 
 __all__ = [
     "ResampledShards",
@@ -123,7 +123,7 @@ class ShardLister(StageDataPipe[str]):
 
 
 @functional_stage("resample_shards")
-class ShardResampler(StageDataPipe[str]):
+class ShardResampler(SeededStage, StageDataPipe[str]):
     """Draw shards with replacement from the source's URLs (functional name: ``resample_shards``).
 
     Each epoch collects the source's URLs and draws ``nshards`` of them (without end if None).
@@ -160,15 +160,6 @@ class ShardResampler(StageDataPipe[str]):
         self.source_datapipe = source_datapipe
         self.nshards = nshards
         self.seeding = Seeding(seed)
-
-    def set_seed(self, seed: int) -> None:
-        self.seeding.set_seed(seed)
-
-    def resume_state(self) -> dict[str, Any]:
-        return {"seeding": self.seeding.state()}
-
-    def resume_from(self, state: dict[str, Any]) -> None:
-        self.seeding.load_state(state["seeding"])
 
     def __iter__(self) -> Iterator[str]:
         urls = list(self.source_datapipe)

@@ -8,6 +8,7 @@ from wdspipes.decoders.decoder import (
     decode_field,
     handle_extension,
 )
+from wdspipes.decoders.geometry import RandomResizedCrop
 from wdspipes.decoders.images import IMAGE_SPECS, ImageDecoder, image_extensions
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "Continue",
     "ExtensionHandler",
     "ImageDecoder",
+    "RandomResizedCrop",
     "SampleDecoder",
     "UntrustedDataError",
     "decode",

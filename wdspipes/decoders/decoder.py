@@ -5,20 +5,29 @@ A handler is called as ``handler(key, data)`` with the field name behind a dot (
 the next handler, or ``Continue(key, data)`` to pass a new key and data on. The chain is: the
 gzip pre-handler, the user's handlers (image specs as strings become image handlers), then the
 basic handlers. A field nobody decodes stays bytes; fields starting with ``__`` are UTF-8 text.
+
+A handler with a true ``takes_rng`` attribute (an image decoder with ``crop=``) is called as
+``handler(key, data, rng)``: ``rng`` is a ``random.Random`` seeded from the stage's seed for the
+epoch (see :mod:`wdspipes.seeds`) and the sample's ``__url__`` and ``__key__``, so its draws do
+not depend on the order samples come in (a resumed epoch draws the same), and each field of a
+sample gets a generator in the same state (an image and its mask of one size crop alike).
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from torch.utils.data import IterDataPipe
+from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
 from wdspipes.curried import Stage, stage_factory
 from wdspipes.datapipe import Sample, StageDataPipe, functional_stage
 from wdspipes.decoders.basic import BasicDecoder, Continue, gunzip
 from wdspipes.decoders.images import ImageDecoder
 from wdspipes.errors import DecodeError, Handler, handle, reraise_exception, sample_location
+from wdspipes.seeds import SeededStage, Seeding, sharding_position
 
 __all__ = ["ExtensionHandler", "SampleDecoder", "decode", "decode_field", "handle_extension"]
 
@@ -55,10 +64,26 @@ def handle_extension(extensions: str, fn: Callable[[bytes], Any]) -> ExtensionHa
     return ExtensionHandler(extensions, fn)
 
 
-def decode_field(handlers: Sequence[FieldHandler], key: str, data: bytes) -> Any:
-    """Run ``data`` of field ``key`` (with its leading dot) through ``handlers``."""
+def decode_field(
+    handlers: Sequence[FieldHandler], key: str, data: bytes, seed: str | None = None
+) -> Any:
+    """Run ``data`` of field ``key`` (with its leading dot) through ``handlers``.
+
+    A handler whose ``takes_rng`` attribute is true gets a third argument, a
+    ``random.Random(seed)`` of its own (fresh entropy if ``seed`` is None).
+
+    >>> class Noisy:
+    ...     takes_rng = True
+    ...     def __call__(self, key, data, rng):
+    ...         return rng.randint(0, 9)
+    >>> decode_field([Noisy()], ".x", b"", "a seed") == decode_field([Noisy()], ".x", b"", "a seed")
+    True
+    """
     for handler in handlers:
-        result = handler(key, data)
+        if getattr(handler, "takes_rng", False):
+            result = handler(key, data, random.Random(seed))  # type: ignore[call-arg]
+        else:
+            result = handler(key, data)
         if result is None:
             continue
         if isinstance(result, Continue):
@@ -69,20 +94,24 @@ def decode_field(handlers: Sequence[FieldHandler], key: str, data: bytes) -> Any
 
 
 @functional_stage("decode")
-class SampleDecoder(StageDataPipe[Sample]):
+class SampleDecoder(SeededStage, StageDataPipe[Sample]):
     """Decode the fields of each sample (functional name: ``decode``).
 
     Args:
         source_datapipe: yields sample dicts of bytes.
         *handlers: image specs (``"rgb8"``, ``"torchrgb"``, ...; see
-            :mod:`wdspipes.decoders.images`) and ``(key, data)`` handlers, tried in order after
-            the gzip pre-handler and before the basic decoders.
+            :mod:`wdspipes.decoders.images`) and ``(key, data)`` handlers (``(key, data, rng)``
+            for those with a true ``takes_rng``, such as an ``ImageDecoder`` with ``crop=``),
+            tried in order after the gzip pre-handler and before the basic decoders.
         only: field names (a list, or one string of space-separated names) to decode; the
             others pass through untouched.
         partial: let fields that are not bytes (decoded already) pass; without it they are an
             error.
         handler: what to do with a sample that fails to decode (see :mod:`wdspipes.errors`).
         trusted: allow pickle fields and a full ``torch.load``, which run code from the data.
+        seed: fixes the generators handed to random handlers (such as an image decoder with
+            ``crop=``), with the epoch; otherwise the loader's ``set_seed`` or fresh entropy
+            decides (see :mod:`wdspipes.seeds`).
 
     Yields:
         Sample dicts with decoded values, fields in the same order.
@@ -96,6 +125,17 @@ class SampleDecoder(StageDataPipe[Sample]):
     >>> sample = {"__key__": "0", "json": json.dumps([1, 2]).encode(), "cls": b"3", "x": b"?"}
     >>> list(IterableWrapper([sample]).decode())
     [{'__key__': '0', 'json': [1, 2], 'cls': 3, 'x': b'?'}]
+
+    With a random crop, each sample's crop depends on the seed, the epoch and the sample:
+
+    >>> import io, PIL.Image
+    >>> from wdspipes import ImageDecoder, RandomResizedCrop
+    >>> jpeg = io.BytesIO(); PIL.Image.new("RGB", (64, 48)).save(jpeg, format="JPEG")
+    >>> images = [{"__key__": str(i), "jpg": jpeg.getvalue()} for i in range(3)]
+    >>> crops = IterableWrapper(images).decode(
+    ...     ImageDecoder("torchrgb8", crop=RandomResizedCrop(16)), seed=0)
+    >>> [sample["jpg"].shape for sample in crops]
+    [torch.Size([3, 16, 16]), torch.Size([3, 16, 16]), torch.Size([3, 16, 16])]
     """
 
     def __init__(
@@ -106,6 +146,7 @@ class SampleDecoder(StageDataPipe[Sample]):
         partial: bool = False,
         handler: Handler = reraise_exception,
         trusted: bool = False,
+        seed: int | None = None,
     ) -> None:
         super().__init__()
         self.source_datapipe = source_datapipe
@@ -116,20 +157,45 @@ class SampleDecoder(StageDataPipe[Sample]):
         self.partial = partial
         self.handler = handler
         self.trusted = trusted
+        self.seeding = Seeding(seed)
 
     def __iter__(self) -> Iterator[Sample]:
         chain: tuple[FieldHandler, ...] = (gunzip, *self.handlers, BasicDecoder(self.trusted))
+        material = self._material(chain)
         for sample in self.source_datapipe:
+            seed = None if material is None else sample_seed(material, sample)
             try:
                 yield {
-                    field: self._decode(chain, sample, field, value)
+                    field: self._decode(chain, sample, field, value, seed)
                     for field, value in sample.items()
                 }
             except DecodeError as exn:
                 if not handle(self.handler, exn):
                     return
 
-    def _decode(self, chain: Sequence[FieldHandler], sample: Sample, field: str, value: Any) -> Any:
+    def _material(self, chain: Sequence[FieldHandler]) -> tuple[object, ...] | None:
+        """The epoch's seed material, where a handler takes a generator: the Seeding's, and
+        the position of the sharding filter upstream, looked for from the source (the
+        handlers of this stage need not pickle)."""
+        if not any(getattr(handler, "takes_rng", False) for handler in chain):
+            return None
+        self.seeding.mark()  # its own epoch: resuming replays the material (wdspipes.seeds)
+        source = self.source_datapipe
+        stream = (
+            (source.num_of_instances, source.instance_id)
+            if isinstance(source, ShardingFilterIterDataPipe)
+            else sharding_position(source)
+        )
+        return (self.seeding.next_material(), stream)
+
+    def _decode(
+        self,
+        chain: Sequence[FieldHandler],
+        sample: Sample,
+        field: str,
+        value: Any,
+        seed: str | None = None,
+    ) -> Any:
         try:
             if field.startswith("__"):
                 return value.decode("utf-8") if isinstance(value, bytes) else value
@@ -142,13 +208,24 @@ class SampleDecoder(StageDataPipe[Sample]):
                     f"the value is a {type(value).__name__}, not bytes: decoded already? "
                     "(decode(..., partial=True) passes such fields through)"
                 )
-            return decode_field(chain, "." + field, value)
+            return decode_field(chain, "." + field, value, seed)
         except Exception as exn:
             raise DecodeError(
                 f"cannot decode: {type(exn).__name__}: {exn}",
                 field=field,
                 **sample_location(sample),
             ) from exn
+
+
+def sample_seed(material: tuple[object, ...], sample: Sample) -> str:
+    """The seed of a sample's generators: the epoch's seed material, ``__url__`` and ``__key__``
+    (as text), whatever the order samples come in."""
+    url, key = (_text(sample.get(name)) for name in ("__url__", "__key__"))
+    return repr((material, url, key))
+
+
+def _text(value: Any) -> Any:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def _as_handler(handler: str | FieldHandler, position: int) -> FieldHandler:
@@ -169,8 +246,15 @@ def decode(
     partial: bool = False,
     handler: Handler = reraise_exception,
     trusted: bool = False,
+    seed: int | None = None,
 ) -> Stage:
     """The decoder stage for ``DataPipeline(...)``: ``decode(*handlers, ...)``."""
     return Stage(
-        SampleDecoder, *handlers, only=only, partial=partial, handler=handler, trusted=trusted
+        SampleDecoder,
+        *handlers,
+        only=only,
+        partial=partial,
+        handler=handler,
+        trusted=trusted,
+        seed=seed,
     )

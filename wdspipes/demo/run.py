@@ -140,7 +140,7 @@ def _write_shards(options: DemoOptions, result: DemoResult) -> None:
     _tell(
         f"Wrote {options.train_samples:,} training samples in "
         f"{_count(len(result.train_shards), 'shard')} and {options.val_samples:,} validation "
-        f"samples in {_count(len(result.val_shards), 'shard')} (fields png and cls, "
+        f"samples in {_count(len(result.val_shards), 'shard')} (fields jpg and cls, "
         f"{size / 2**20:.1f} MiB) with ShardWriter to {directory} in "
         f"{time.perf_counter() - clock:.1f} s."
     )
@@ -231,7 +231,7 @@ def _say_plan(model: ShapeNet, options: DemoOptions) -> None:
     )
     _say(f"    WebDataset(train_shards, shardshuffle=True, seed={seed})")
     _say(f'    .buffer_shuffle({SHUFFLE_BUFFER}, seed={seed}).decode("torchrgb")')
-    _say(f'    .to_tuple("png", "cls").batched({batch_size})')
+    _say(f'    .to_tuple("jpg", "cls").batched({batch_size})')
 
 
 def _summarize(result: DemoResult, seconds: float) -> None:

@@ -82,7 +82,7 @@ def _conv(inputs: int, outputs: int, kernel: int = 3, stride: int = 1) -> list[n
 
 def reading_pipe(urls: Sequence[str], batch_size: int) -> IterDataPipe[Batch]:
     """Batches of ``(images, labels)`` from the shards at ``urls``, in order, for evaluation."""
-    pipe = WebDataset(list(urls)).decode("torchrgb").to_tuple("png", "cls")
+    pipe = WebDataset(list(urls)).decode("torchrgb").to_tuple("jpg", "cls")
     batches: IterDataPipe[Batch] = pipe.batched(batch_size)
     return batches
 
@@ -92,7 +92,7 @@ def training_pipe(urls: Sequence[str], batch_size: int, seed: int) -> IterDataPi
     each epoch and the samples shuffled across shards: the same order for the same seed and
     number of workers.
 
-    The buffer holds samples still encoded (a PNG is smaller than its decoded picture), and
+    The buffer holds samples still encoded (a JPEG is smaller than its decoded picture), and
     batches are made in the workers, so that one item, not ``batch_size``, crosses to the
     training process for each batch.
     """
@@ -100,7 +100,7 @@ def training_pipe(urls: Sequence[str], batch_size: int, seed: int) -> IterDataPi
         WebDataset(list(urls), shardshuffle=True, seed=seed)
         .buffer_shuffle(SHUFFLE_BUFFER, seed=seed)
         .decode("torchrgb")
-        .to_tuple("png", "cls")
+        .to_tuple("jpg", "cls")
     )
     batches: IterDataPipe[Batch] = pipe.batched(batch_size)
     return batches
