@@ -25,6 +25,7 @@ from shardgen import BLOCK, make_tar, sample_members
 
 import wdspipes as wds
 from wdspipes.cli import cli
+from wdspipes.reshard import reshard
 from wdspipes.tar import iter_tar
 
 KEYS = ["00", "01", "02"]
@@ -413,3 +414,22 @@ def test_a_stream_item_keyed_by_a_number_is_an_error(tmp_path: Path) -> None:
     shard = write(tmp_path, "int.msgpack", msgpack.packb({"__key__": 5, "cls": 1}))
     with pytest.raises(wds.StreamFormatError, match="__key__ must be a string, not int"):
         list(wds.DataPipeline(wds.SimpleShardList([shard]), wds.msgpack_to_samples()))
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_reshard_reads_joined_archives_with_ignore_zeros(tmp_path: Path, shuffle: bool) -> None:
+    joined = write(tmp_path, "joined.tar", GOOD + OTHER)
+    pattern = str(tmp_path / "out" / "r-%02d.tar")
+    with pytest.raises(wds.DataAfterEndError):
+        reshard(joined, pattern, shuffle=shuffle, seed=1)
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("r-*"))
+    reshard(joined, pattern, shuffle=shuffle, seed=1, ignore_zeros=True)
+    keys = [
+        s["__key__"]
+        for s in read(sorted(map(str, (tmp_path / "out").glob("r-*"))), wds.reraise_exception)
+    ]
+    assert sorted(keys) == [*KEYS, "10", "11"]
+    result = CliRunner().invoke(
+        cli, ["reshard", "--ignore-zeros", joined, "-o", str(tmp_path / "cli-%02d.tar")]
+    )
+    assert result.exit_code == 0, result.output

@@ -119,6 +119,7 @@ def reshard(
     tmpdir: str | None = None,
     compress: str | None = None,
     progress: bool = False,
+    ignore_zeros: bool = False,
 ) -> ReshardReport:
     """Rewrite the samples of ``inputs`` into new shards named by ``pattern``.
 
@@ -146,6 +147,9 @@ def reshard(
             as much space as the samples.
         compress: compress the output shards: ``"gz"``, ``"bz2"``, ``"xz"`` or ``"zst"``.
         progress: show progress bars (tqdm) on standard error.
+        ignore_zeros: read on past zero blocks in the inputs, as GNU tar's ``--ignore-zeros``
+            (archives joined with ``cat`` are read whole); by default bytes other than zeros
+            after an end-of-archive marker are an error.
 
     Returns:
         A :class:`ReshardReport`.
@@ -178,7 +182,9 @@ def reshard(
             compress=compress,
             encoder=False,
         ) as writer,
-        _Reader(urls, sizes, progress, "pass 1: buckets" if shuffle else "resharding") as reader,
+        _Reader(
+            urls, sizes, progress, "pass 1: buckets" if shuffle else "resharding", ignore_zeros
+        ) as reader,
     ):
         if shuffle:
             with (
@@ -311,9 +317,15 @@ class _Reader:
     bytes (payload as it comes, set to the shard sizes at each shard's end)."""
 
     def __init__(
-        self, urls: list[str], sizes: dict[str, int | None], progress: bool, desc: str
+        self,
+        urls: list[str],
+        sizes: dict[str, int | None],
+        progress: bool,
+        desc: str,
+        ignore_zeros: bool = False,
     ) -> None:
         self.urls = urls
+        self.ignore_zeros = ignore_zeros
         self.sizes = sizes
         known = [sizes[url] for url in urls]
         self.total = None if None in known else sum(size or 0 for size in known)
@@ -322,7 +334,7 @@ class _Reader:
 
     def __iter__(self) -> Iterator[Sample]:
         url, done = None, 0  # the current shard, the sizes of those finished
-        for sample in WebDataset(self.urls):
+        for sample in WebDataset(self.urls, ignore_zeros=self.ignore_zeros):
             if sample["__url__"] != url:
                 if url is not None:
                     done += self.sizes[url] or 0

@@ -67,6 +67,11 @@ __all__ = ["reshard"]
 @click.option(
     "--compress", type=click.Choice(COMPRESSIONS), help="Compress the output shards as a whole."
 )
+@click.option(
+    "--ignore-zeros",
+    is_flag=True,
+    help="Read on past zero blocks, as GNU tar -i: reads archives joined with cat whole.",
+)
 def reshard(
     shards: tuple[str, ...],
     pattern: str,
@@ -77,6 +82,7 @@ def reshard(
     memory: int,
     tmpdir: str | None,
     compress: str | None,
+    ignore_zeros: bool,
 ) -> None:
     """Rewrite the samples of SHARDS into new shards of at most --maxcount samples and
     --maxsize bytes, in order, or with --shuffle in a uniformly random order.
@@ -107,6 +113,7 @@ def reshard(
             tmpdir=tmpdir,
             compress=compress,
             progress=True,
+            ignore_zeros=ignore_zeros,
         )
     except (WdsError, ValueError, OSError) as exn:
         raise click.ClickException(f"{one_line(_problem(exn))}; nothing was written") from exn
