@@ -7,13 +7,18 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEBIAN_TOOLS := tar bsdtar:libarchive-tools gzip bzip2 xz:xz-utils zstd cjpeg:libjpeg-turbo-progs
 
-.PHONY: demo test lint setup test-tools
+.PHONY: demo test test-fast lint setup test-tools
 
 demo: setup
 	$(BIN)/python -m wdspipes.demo
 
 test: setup test-tools lint
 	$(BIN)/pytest
+
+# The edit-test loop: every test that starts no other process (no loader workers, no command,
+# no script) and does not build the docs site; under a minute.
+test-fast: setup
+	$(BIN)/pytest -q -m "not loaders and not slow"
 
 lint: setup
 	$(BIN)/ruff check wdspipes tests benchmarks examples

@@ -32,6 +32,7 @@ from wdspipes.shards import ShardList
 from wdspipes.tar import TarLoader
 
 WDSPIPES = Path(sys.executable).parent / "wdspipes"
+pytestmark = pytest.mark.slow  # nearly every test runs the wdspipes command in a new process
 
 
 @dataclass

@@ -64,6 +64,7 @@ def assert_report(text: str, output: Path, epochs: int) -> None:
     assert re.search(r"validation accuracy \d+\.\d% after", text)
 
 
+@pytest.mark.slow
 def test_demo_writes_shards_trains_and_draws(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -53,6 +53,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
+@pytest.mark.slow
 def test_the_site_builds_strictly(site: Path) -> None:
     for page in ["index.html", "getting-started/index.html", "api/pipeline/index.html"]:
         assert (site / page).is_file(), page
@@ -66,6 +67,7 @@ def inventory(site: Path) -> set[str]:
     return {line.split(" ", 1)[0] for line in body.splitlines()}
 
 
+@pytest.mark.slow
 def test_every_public_name_is_in_the_api_reference(site: Path) -> None:
     documented = inventory(site)
     missing = [name for name in wds.__all__ if f"wdspipes.{name}" not in documented]
@@ -118,6 +120,7 @@ def test_the_performance_page_holds_the_recorded_results(plots: ModuleType) -> N
         ), benchmark["id"]
 
 
+@pytest.mark.slow
 def test_the_plots_are_drawn_from_the_results(plots: ModuleType, tmp_path: Path) -> None:
     written = plots.draw(plots.load(), tmp_path)
     assert sorted(path.name for path in written) == sorted(plots.PLOTS)

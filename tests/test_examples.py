@@ -46,6 +46,7 @@ def test_remote_cache_reads_each_shard_once_over_http(tmp_path: Path) -> None:
     assert len(cached) == 4
 
 
+@pytest.mark.slow
 def test_write_and_reshard_goes_from_files_to_shuffled_shards(tmp_path: Path) -> None:
     work = tmp_path / "work"
     output = run_example("write_and_reshard.py", tmp_path, "--dir", str(work))

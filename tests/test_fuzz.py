@@ -39,9 +39,12 @@ from fuzzing import (
 
 SEED = 14
 
-pytestmark = pytest.mark.skipif(
-    not os.path.isdir("/proc/self/fd"), reason="counts open files in /proc/self/fd"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not os.path.isdir("/proc/self/fd"), reason="counts open files in /proc/self/fd"
+    ),
+    pytest.mark.slow,  # thousands of damaged shards: about 10 s
+]
 
 # Where in a 512-byte block a cut is always tried: the block's edges, and inside a header the
 # name, size, checksum, type and prefix fields.

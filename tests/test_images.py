@@ -177,6 +177,7 @@ def without_simplejpeg(monkeypatch: pytest.MonkeyPatch) -> None:
 # --- Every spec gives Pillow's pixels -------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("encoder", list(ENCODERS))
 def test_every_spec_gives_pillow_s_pixels(
     encoder: str, decoded_by_simplejpeg: list[np.ndarray]
@@ -374,6 +375,7 @@ print(json.dumps(counts))
 """
 
 
+@pytest.mark.slow
 def test_damaged_jpegs_never_crash_the_process(tmp_path: Path) -> None:
     """Truncations, byte changes in the headers and in the coded data, and garbage after the
     JPEG marker, through five decoders: each decodes to the right kind and shape, or is a
@@ -415,6 +417,7 @@ IMAGES: dict[str, Callable[[], bytes]] = {
 RESIZES = [224, 100, 31, 1, 1000, (60, 80), (300, 20), (131, 257)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("image", list(IMAGES))
 def test_resize_gives_the_size_and_close_pixels_of_resizing_in_full(image: str) -> None:
     data = IMAGES[image]()
@@ -473,6 +476,7 @@ CROPS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("crop", list(CROPS))
 @pytest.mark.parametrize("image", list(IMAGES))
 def test_crop_matches_cropping_the_image_decoded_in_full(image: str, crop: str) -> None:

@@ -82,6 +82,7 @@ def test_url_must_be_a_string() -> None:
         open_url(42)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_stdin_is_a_shard(tmp_path: Path) -> None:
     tar = make_tar(sample_members(["0", "1"]))
     script = "import wdspipes as w; print([s['__key__'] for s in w.WebDataset('-')])"

@@ -155,6 +155,7 @@ def test_stage_docstring_follows_the_template(name: str) -> None:
     assert "Args:" in doc and "Yields:" in doc and ">>>" in doc
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "order",
     [("torchdata.datapipes", "wdspipes"), ("wdspipes", "torchdata.datapipes")],

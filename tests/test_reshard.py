@@ -291,6 +291,7 @@ reshard_module.reshard(sys.argv[3:], sys.argv[1], maxcount=60, shuffle=sys.argv[
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_a_killed_run_leaves_nothing_under_the_final_names(
     inputs: list[str], tmp_path: Path, shuffle: bool
@@ -381,6 +382,7 @@ def run_wdspipes(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(executable), *args], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_command_through_the_entry_point(inputs: list[str], tmp_path: Path) -> None:
     spec = os.path.join(os.path.dirname(inputs[0]), "shard-{000..007}.tar")
     result = run_wdspipes("reshard", spec, "-o", str(tmp_path / "o-%02d.tar"), "--maxcount", "64")
@@ -390,6 +392,7 @@ def test_command_through_the_entry_point(inputs: list[str], tmp_path: Path) -> N
     assert items(sorted(str(p) for p in tmp_path.glob("o-*.tar"))) == items(inputs)
 
 
+@pytest.mark.slow
 def test_command_reports_a_bad_shard_in_one_line(inputs: list[str], tmp_path: Path) -> None:
     truncate(inputs[2])
     args = ["reshard", *inputs, "-o", str(tmp_path / "out" / "o-%02d.tar"), "--shuffle"]

@@ -137,7 +137,8 @@ CUTS = {
 }
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.loaders)])
 @pytest.mark.parametrize("name", list(PIPELINES))
 def test_resume_gives_the_uninterrupted_sequence(urls: str, name: str, workers: int) -> None:
     build = PIPELINES[name]
@@ -176,7 +177,11 @@ def streams(urls: str) -> IterDataPipe[Any]:
     return loaded.buffer_shuffle(1000, seed=12).map_samples(key_and_label)
 
 
-@pytest.mark.parametrize(("kind", "workers"), [("msgpack", 0), ("msgpack", 2), ("cbor", 0)])
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kind", "workers"),
+    [("msgpack", 0), pytest.param("msgpack", 2, marks=pytest.mark.loaders), ("cbor", 0)],
+)
 def test_stream_shards_resume_too(stream_urls: dict[str, str], kind: str, workers: int) -> None:
     urls = stream_urls[kind]
     expected, _ = run(streams(urls), workers, 2)
@@ -372,6 +377,7 @@ def take(pipe: IterDataPipe[Any], count: int) -> list[Any]:
     return [next(items) for _ in range(count)]
 
 
+@pytest.mark.loaders
 def test_training_resumes_after_sigkill(urls: str, tmp_path: Path) -> None:
     """A training process writes a checkpoint, is killed with SIGKILL, and a new process
     goes on from the checkpoint: the samples trained on are those of an uninterrupted run."""

@@ -324,6 +324,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_a_killed_writer_leaves_nothing_under_the_final_name(kind: str, tmp_path: Path) -> None:
     """A stream cut between two items reads as a shorter valid shard, so the file must not

@@ -797,6 +797,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.slow
 def test_killed_writer_leaves_no_truncated_shard(tmp_path: Path) -> None:
     pattern = str(tmp_path / "k-%06d.tar")
     pid = shardgen.kill_when_ready(KILLED_WRITER, pattern)
