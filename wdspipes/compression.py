@@ -24,7 +24,7 @@ import lzma
 from collections.abc import Callable
 from typing import Any
 
-from wdspipes.io.opener import ByteStream
+from wdspipes.io.opener import ByteStream, RawShard
 
 __all__ = ["CorruptDataError", "Inflated", "detect_compression", "inflate"]
 
@@ -69,37 +69,8 @@ def inflate(stream: ByteStream, head: bytes) -> Inflated | None:
     decompressor = _DECOMPRESSORS.get(detect_compression(head) or "")
     if decompressor is None:
         return None
-    source = _Source(head, stream)
+    source = RawShard(stream, head)
     return Inflated(decompressor(source), source)
-
-
-class _Source(io.RawIOBase):
-    """A shard's stream whose first bytes were read already: gives them back, then reads on.
-    Counts the bytes it gave (``consumed``) and keeps what a read of the stream raised
-    (``failure``), to tell a failing source from damaged data."""
-
-    def __init__(self, head: bytes, stream: ByteStream) -> None:
-        super().__init__()
-        self._head = head
-        self._stream = stream
-        self.consumed = 0
-        self.failure: BaseException | None = None
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        if self._head:
-            data, self._head = self._head[: len(buffer)], self._head[len(buffer) :]
-        else:
-            try:
-                data = self._stream.read(len(buffer))
-            except BaseException as exn:
-                self.failure = exn
-                raise
-        buffer[: len(data)] = data
-        self.consumed += len(data)
-        return len(data)
 
 
 class Inflated(io.RawIOBase):
@@ -111,12 +82,12 @@ class Inflated(io.RawIOBase):
     is given, then the stream ends with :attr:`cut` set.
 
     Attributes:
-        source: the compressed stream; ``source.consumed`` counts its bytes read.
+        source: the compressed stream; ``source.position`` counts its bytes read.
         produced: the decompressed bytes given so far.
         cut: whether the compressed data ended early.
     """
 
-    def __init__(self, decompressor: Any, source: _Source) -> None:
+    def __init__(self, decompressor: Any, source: RawShard) -> None:
         super().__init__()
         self._read1: Callable[[int], bytes] = decompressor.read1
         self.source = source
@@ -148,7 +119,7 @@ class _ZstdFrames:
     other decompressing readers have it: a frame cut short raises EOFError. (zstandard's own
     stream reader ends silently there, even when the frame's checksum is what was cut.)"""
 
-    def __init__(self, source: _Source) -> None:
+    def __init__(self, source: RawShard) -> None:
         import zstandard
 
         self._source = source
@@ -178,7 +149,7 @@ class _ZstdFrames:
         return data
 
 
-def _zstd(source: _Source) -> _ZstdFrames:
+def _zstd(source: RawShard) -> _ZstdFrames:
     try:
         return _ZstdFrames(source)
     except ImportError:

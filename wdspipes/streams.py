@@ -44,6 +44,7 @@ from wdspipes.errors import (
 )
 from wdspipes.io.opener import (
     ByteStream,
+    RawShard,
     ShardOpener,
     ShardStream,
     close_quietly,
@@ -79,7 +80,7 @@ key msgpack cannot hash (TypeError), and what other versions or pure-Python buil
 
 def _cbor_items(url: str, stream: ByteStream, start: int = 0) -> Iterator[tuple[int, int, Any]]:
     """``(offset, end, item)`` for each CBOR item of the stream, which is at byte ``start``."""
-    counting = _CountingReader(stream, start)
+    counting = RawShard(stream, start=start)
     reader = io.BufferedReader(counting, CHUNK_SIZE)
     decoder = cbor2.CBORDecoder(reader)
     while True:
@@ -144,31 +145,6 @@ def _skip_to(stream: ByteStream, url: str, start: int) -> None:
 
 def _describe(exn: Exception) -> str:
     return f"{type(exn).__name__}: {exn}" if str(exn) else type(exn).__name__
-
-
-class _CountingReader(io.RawIOBase):
-    """A raw reader over a shard stream that knows its position, for offsets in errors."""
-
-    def __init__(self, stream: ByteStream, start: int = 0) -> None:
-        self.stream = stream
-        self.position = start
-        self.failure: BaseException | None = None  # what a read of the stream raised
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        try:
-            data = self.stream.read(len(buffer))
-        except BaseException as exn:
-            self.failure = exn
-            raise
-        buffer[: len(data)] = data
-        self.position += len(data)
-        return len(data)
-
-    def tell(self) -> int:
-        return self.position
 
 
 class StreamLoader(SampleReader):

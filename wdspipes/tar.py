@@ -473,7 +473,7 @@ class _TarWalk:
         inflated = self.inflated
         if inflated is not None and inflated.cut:
             problem += (
-                f"; the compressed data ends early, after {inflated.source.consumed} bytes, "
+                f"; the compressed data ends early, after {inflated.source.position} bytes, "
                 f"at byte {inflated.produced} of the tar data"
             )
         if in_member:

@@ -79,11 +79,13 @@ def decode_field(
     >>> decode_field([Noisy()], ".x", b"", "a seed") == decode_field([Noisy()], ".x", b"", "a seed")
     True
     """
+    return _run_chain(_with_rng(handlers, seed), key, data)
+
+
+def _run_chain(handlers: Sequence[FieldHandler], key: str, data: bytes) -> Any:
+    """The first answer of ``handlers`` (``(key, data)`` functions all) for the field."""
     for handler in handlers:
-        if getattr(handler, "takes_rng", False):
-            result = handler(key, data, random.Random(seed))  # type: ignore[call-arg]
-        else:
-            result = handler(key, data)
+        result = handler(key, data)
         if result is None:
             continue
         if isinstance(result, Continue):
@@ -91,6 +93,29 @@ def decode_field(
             continue
         return result
     return data
+
+
+def _takes_rng(handler: FieldHandler) -> bool:
+    return bool(getattr(handler, "takes_rng", False))
+
+
+def _with_rng(handlers: Sequence[FieldHandler], seed: str | None) -> tuple[FieldHandler, ...]:
+    """``handlers``, those that take a generator bound to a new ``random.Random(seed)`` for
+    every call."""
+    return tuple(_Drawing(h, seed) if _takes_rng(h) else h for h in handlers)
+
+
+class _Drawing:
+    """A handler that takes a generator, called with a new ``random.Random(seed)``."""
+
+    __slots__ = ("handler", "seed")
+
+    def __init__(self, handler: FieldHandler, seed: str | None) -> None:
+        self.handler = handler
+        self.seed = seed
+
+    def __call__(self, key: str, data: bytes) -> Any:
+        return self.handler(key, data, random.Random(self.seed))  # type: ignore[call-arg]
 
 
 @functional_stage("decode")
@@ -163,10 +188,13 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
         chain: tuple[FieldHandler, ...] = (gunzip, *self.handlers, BasicDecoder(self.trusted))
         material = self._material(chain)
         for sample in self.source_datapipe:
-            seed = None if material is None else sample_seed(material, sample)
+            # Handlers that draw get one generator state per sample, made once here.
+            handlers = (
+                chain if material is None else _with_rng(chain, sample_seed(material, sample))
+            )
             try:
                 yield {
-                    field: self._decode(chain, sample, field, value, seed)
+                    field: self._decode(handlers, sample, field, value)
                     for field, value in sample.items()
                 }
             except DecodeError as exn:
@@ -177,7 +205,7 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
         """The epoch's seed material, where a handler takes a generator: the Seeding's, and
         the position of the sharding filter upstream, looked for from the source (the
         handlers of this stage need not pickle)."""
-        if not any(getattr(handler, "takes_rng", False) for handler in chain):
+        if not any(map(_takes_rng, chain)):
             return None
         self.seeding.mark()  # its own epoch: resuming replays the material (wdspipes.seeds)
         source = self.source_datapipe
@@ -194,7 +222,6 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
         sample: Sample,
         field: str,
         value: Any,
-        seed: str | None = None,
     ) -> Any:
         try:
             if field.startswith("__"):
@@ -208,7 +235,7 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
                     f"the value is a {type(value).__name__}, not bytes: decoded already? "
                     "(decode(..., partial=True) passes such fields through)"
                 )
-            return decode_field(chain, "." + field, value, seed)
+            return _run_chain(chain, "." + field, value)
         except Exception as exn:
             raise DecodeError(
                 f"cannot decode: {type(exn).__name__}: {exn}",

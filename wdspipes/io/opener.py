@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import logging
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -38,6 +39,7 @@ from wdspipes.resume import mark_shard_stages
 __all__ = [
     "SCHEMES",
     "ByteStream",
+    "RawShard",
     "ShardOpener",
     "ShardStream",
     "close_quietly",
@@ -58,6 +60,39 @@ class ByteStream(Protocol):
     def read(self, size: int = -1, /) -> bytes: ...
 
     def close(self) -> None: ...
+
+
+class RawShard(io.RawIOBase):
+    """An opened shard as a raw stream, for readers that buffer or decode on top of it: gives
+    back first bytes already read (``head``), then reads on; knows its ``position`` (from
+    ``start``, for offsets in errors) and keeps what a failing read raised (``failure``), to
+    tell a failing source from damaged bytes where a decoder wraps the error."""
+
+    def __init__(self, stream: ByteStream, head: bytes = b"", start: int = 0) -> None:
+        super().__init__()
+        self._stream = stream
+        self._head = head
+        self.position = start
+        self.failure: BaseException | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._head:
+            data, self._head = self._head[: len(buffer)], self._head[len(buffer) :]
+        else:
+            try:
+                data = self._stream.read(len(buffer))
+            except BaseException as exn:
+                self.failure = exn
+                raise
+        buffer[: len(data)] = data
+        self.position += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.position
 
 
 class ShardStream(NamedTuple):
