@@ -24,7 +24,7 @@ import click
 
 from wdspipes import __version__
 from wdspipes.cli.cat import cat
-from wdspipes.cli.common import PROG, error_line
+from wdspipes.cli.common import PROG, describe_error, error_line
 from wdspipes.cli.create import create
 from wdspipes.cli.demo import demo
 from wdspipes.cli.info import info
@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except BrokenPipeError:
             return _broken_pipe()
         except OSError as exn:
-            return _fail(_describe_os_error(exn))
+            return _fail(describe_error(exn))
         except (click.Abort, KeyboardInterrupt):
             click.echo(error_line("interrupted"), err=True)
             return EXIT_INTERRUPTED
@@ -86,13 +86,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _fail(message: object) -> int:
     click.echo(error_line(message), err=True)
     return EXIT_FAILURE
-
-
-def _describe_os_error(exn: OSError) -> str:
-    """``<file>: <problem>`` for an OSError about a file, else its message."""
-    if exn.filename is not None and exn.strerror:
-        return f"{os.fsdecode(exn.filename)}: {exn.strerror}"
-    return str(exn)
 
 
 def _broken_pipe() -> int:

@@ -97,6 +97,18 @@ def counted(number: int, noun: str) -> str:
     return f"{number:,} {noun}{'' if number == 1 else 's'}"
 
 
+def describe_error(exn: Exception) -> str:
+    """What went wrong: an OSError about a file as ``<file>: <problem>``, as ``wdspipes``
+    reports any error; any other error by its message.
+
+    >>> describe_error(FileNotFoundError(2, "No such file or directory", "out"))
+    'out: No such file or directory'
+    """
+    if isinstance(exn, OSError) and exn.filename is not None and exn.strerror:
+        return f"{os.fsdecode(exn.filename)}: {exn.strerror}"
+    return str(exn)
+
+
 def error_line(message: object) -> str:
     """The line that reports a failure: ``wdspipes: error: <message>``.
 

@@ -6,13 +6,12 @@ progress bars and prints the summary, or the error of a failed run, which wrote 
 
 from __future__ import annotations
 
-import os
-
 import click
 
 from wdspipes.cli.common import (
     COMPRESSIONS,
     SIZE,
+    describe_error,
     expand_shards,
     format_size,
     one_line,
@@ -116,20 +115,8 @@ def reshard(
             ignore_zeros=ignore_zeros,
         )
     except (WdsError, ValueError, OSError) as exn:
-        raise click.ClickException(f"{one_line(_problem(exn))}; nothing was written") from exn
+        raise click.ClickException(f"{one_line(describe_error(exn))}; nothing was written") from exn
     summarize(describe(report))
-
-
-def _problem(exn: Exception) -> str:
-    """What went wrong: an OSError about a file as ``<file>: <problem>``, as ``wdspipes``
-    reports any error.
-
-    >>> _problem(FileNotFoundError(2, "No such file or directory", "out"))
-    'out: No such file or directory'
-    """
-    if isinstance(exn, OSError) and exn.filename is not None and exn.strerror:
-        return f"{os.fsdecode(exn.filename)}: {exn.strerror}"
-    return str(exn)
 
 
 def describe(report: ReshardReport) -> str:
