@@ -26,6 +26,7 @@ from torch.utils.data import IterDataPipe
 from wdspipes.curried import Stage, stage_factory
 from wdspipes.datapipe import StageDataPipe, functional_stage
 from wdspipes.errors import CollationError, ResumeError, sample_location
+from wdspipes.handover import batch_array
 
 __all__ = ["Batcher", "Unbatcher", "batched", "collate", "unbatch", "unbatched"]
 
@@ -63,10 +64,12 @@ def _column(field: str, values: list[Any]) -> Any:
     first = values[0]
     if isinstance(first, torch.Tensor):
         _check_shapes(field, values, torch.Tensor)
-        return torch.stack(values)
+        out = _tensor_batch(first, len(values))
+        return torch.stack(values) if out is None else torch.stack(values, out=out)
     if isinstance(first, np.ndarray | np.generic):
         _check_shapes(field, values, np.ndarray | np.generic)
-        stacked = np.stack(values)
+        array = batch_array((len(values), *first.shape), first.dtype)
+        stacked = np.stack(values) if array is None else np.stack(values, out=array)
         if stacked.dtype.kind not in _TENSOR_KINDS:  # strings, objects: no tensor holds them
             return values
         return torch.from_numpy(stacked)
@@ -78,6 +81,17 @@ def _column(field: str, values: list[Any]) -> Any:
             except (OverflowError, RuntimeError, ValueError) as exn:
                 raise CollationError(f"cannot batch field {field!r}: {exn}", field=field) from exn
     return values
+
+
+def _tensor_batch(first: torch.Tensor, rows: int) -> torch.Tensor | None:
+    """An empty tensor for stacking ``rows`` tensors like ``first`` in a worker's shared slot
+    (see :mod:`wdspipes.handover`), or None to stack as torch does."""
+    if first.device.type != "cpu" or first.layout != torch.strided or first.requires_grad:
+        return None
+    array = batch_array((rows * first.nbytes,), np.dtype(np.uint8))
+    if array is None:
+        return None
+    return torch.from_numpy(array).view(first.dtype).view(rows, *first.shape)
 
 
 _TENSOR_KINDS = frozenset("biufc")  # numpy dtype kinds torch tensors hold
