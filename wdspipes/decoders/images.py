@@ -46,6 +46,7 @@ from wdspipes.decoders.geometry import (
     ResizeSize,
     check_resize,
     render,
+    render_pixels,
     resize_plan,
 )
 
@@ -138,7 +139,18 @@ class ImageDecoder:
         library, element, mode = IMAGE_SPECS[self.spec]
         if self.resize is None and self.crop is None:
             return self._full(data, library, element, mode)
-        image = render(*self._smaller(data, mode, rng))
+        header = jpeg.read_header(data)
+        if header is None:
+            full = _open(data, mode)
+            image = render(full, self._plan(*full.size, rng))
+        else:
+            plan = self._plan(header.width, header.height, rng)
+            scale = jpeg.fast_scale(plan.dct_scale())
+            if library != "pil" and scale == 8:
+                pixels = jpeg.decode(data, header, mode)
+                if pixels is not None:
+                    return _result(render_pixels(pixels, plan), library, element, fresh=True)
+            image = self._smaller(data, header, mode, plan, scale)
         if image.mode != mode:
             image = image.convert(mode)  # RGBX, as the JPEG decoder gave it
         if library == "pil":
@@ -157,20 +169,15 @@ class ImageDecoder:
         return _result(np.asarray(image), library, element, fresh=False)
 
     def _smaller(
-        self, data: bytes, mode: str, rng: random.Random | None
-    ) -> tuple[Image.Image, Plan, float]:
-        """The image decoded as small as its plan allows (a JPEG at the smallest fast scale
-        that keeps the box at least the output size), the plan, and the scale."""
-        header = jpeg.read_header(data)
-        if header is None:
-            full = _open(data, mode)
-            return full, self._plan(*full.size, rng), 1.0
-        plan = self._plan(header.width, header.height, rng)
-        scale = jpeg.fast_scale(plan.dct_scale())
+        self, data: bytes, header: jpeg.JpegHeader, mode: str, plan: Plan, scale: int
+    ) -> Image.Image:
+        """The plan carried out by Pillow's filter on the JPEG decoded at ``scale``/8 (the
+        smallest fast scale that keeps the box at least the output size), or by Pillow in full
+        where libjpeg-turbo refuses the data."""
         image = jpeg.decode_image(data, header, mode, scale)
         if image is None:
-            return _open(data, mode), plan, 1.0
-        return image, plan, scale / 8
+            return render(_open(data, mode), plan)
+        return render(image, plan, scale / 8)
 
     def _plan(self, width: int, height: int, rng: random.Random | None) -> Plan:
         if self.crop is not None:
