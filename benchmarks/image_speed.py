@@ -400,6 +400,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"target: >= {RECIPE_TARGET:g}x webdataset (epoch 2): {ours / theirs:.2f}x, "
         f"{verdict(ours >= RECIPE_TARGET * theirs)}"
     )
+    bound = decoder_alone(jpeg_bytes(urls), WORKERS, args.repeat)
+    print(
+        f"bound: simplejpeg decoding these JPEGs in full alone on {WORKERS} threads, no crop: "
+        f"{spread(bound)} images/s, {statistics.median(bound) / theirs:.2f}x webdataset (at "
+        "these sizes every crop needs the full scale: no image is 448 = 2 x 224 high)"
+    )
 
 
 if __name__ == "__main__":
