@@ -24,7 +24,7 @@ from stage_examples import EXAMPLES, comparable, registered_stages, samples, wri
 from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes.iter import IterableWrapper
 from torch.utils.data.graph import traverse_dps
-from torch.utils.data.graph_settings import apply_random_seed
+from torch.utils.data.graph_settings import apply_random_seed, apply_sharding
 
 import wdspipes as wds
 from wdspipes.datapipe import StageDataPipe
@@ -274,28 +274,56 @@ def reader(shards: IterDataPipe[str]) -> IterDataPipe[Any]:
     return shards.open_shards().load_tar().group_samples()
 
 
-# An example pipeline of each of torch's stages that wdspipes restores, and what it refuses
-# (None: it resumes). One epoch each: torch's shuffle draws each epoch's seed from torch.
-TORCH_EXAMPLES: dict[str, tuple[Callable[[list[str]], IterDataPipe[Any]], str | None]] = {
-    "IterableWrapper": (lambda urls: reader(IterableWrapper(urls)), None),
-    "map": (lambda urls: samples(urls).map(key_of).buffer_shuffle(4, initial=3), None),
-    "filter": (lambda urls: samples(urls).filter(even_shard).buffer_shuffle(4, initial=3), None),
-    "sharding_filter": (lambda urls: reader(wds.ShardList(urls).sharding_filter()), None),
+def split_samples(urls: list[str]) -> IterDataPipe[Any]:
+    """Samples split between two readers, then shuffled: a restored buffer's samples would be
+    split again, by their new positions."""
+    split = samples(urls).sharding_filter()
+    apply_sharding(split, 2, 0)
+    return split.buffer_shuffle(4, initial=3)
+
+
+def refused_once_begun(named: str) -> Callable[[int], str | None]:
+    """Refused once items have come out (a buffer found what is before it as its epoch began);
+    before that, there is nothing to restore."""
+    return lambda count: named if count else None
+
+
+def resumes(count: int) -> str | None:
+    return None
+
+
+# An example pipeline of each of torch's stages that wdspipes restores, and the name its
+# refusal gives at a cut after so many items (None: it resumes). One epoch each: torch's
+# shuffle draws each epoch's seed from torch.
+TORCH_EXAMPLES: dict[
+    str, tuple[Callable[[list[str]], IterDataPipe[Any]], Callable[[int], str | None]]
+] = {
+    "IterableWrapper": (lambda urls: reader(IterableWrapper(urls)), resumes),
+    "map": (lambda urls: samples(urls).map(key_of).buffer_shuffle(4, initial=3), resumes),
+    "filter": (
+        lambda urls: samples(urls).filter(even_shard).buffer_shuffle(4, initial=3),
+        resumes,
+    ),
+    "sharding_filter": (lambda urls: reader(wds.ShardList(urls).sharding_filter()), resumes),
+    "sharding_filter after the reader": (
+        split_samples,
+        refused_once_begun("ShardingFilterIterDataPipe (sharding_filter) between it and"),
+    ),
     "shuffle before the reader": (
         lambda urls: reader(wds.ShardList(urls).shuffle().sharding_filter()),
-        None,
+        resumes,
     ),
     "shuffle after the reader": (
         lambda urls: samples(urls).shuffle().to_tuple("__key__"),
-        "ShufflerIterDataPipe (shuffle)",
+        lambda count: "ShufflerIterDataPipe (shuffle) cannot save the samples in its buffer",
     ),
 }
 
 
 @pytest.mark.parametrize("name", sorted(TORCH_EXAMPLES))
 def test_torch_stage_resumes_exactly_or_refuses_by_name(name: str, urls: list[str]) -> None:
-    build, named = TORCH_EXAMPLES[name]
-    assert_resumes_exactly(lambda: build(urls), epochs=1, refused=lambda cut: named)
+    build, refused = TORCH_EXAMPLES[name]
+    assert_resumes_exactly(lambda: build(urls), epochs=1, refused=refused)
     if name == "shuffle before the reader":  # the state, not the loader's seed, decides
         assert uninterrupted(lambda: build(urls), 1, OTHER_SEED) != uninterrupted(
             lambda: build(urls), 1

@@ -4,7 +4,8 @@ state protocol (:mod:`wdspipes.resumable`): the only place that saves or sets th
 - ``IterableWrapper`` (adapter :class:`Wrapped`): a source, run again from its start;
 - ``map``, ``collate``, ``filter`` (:class:`Passing`): one item out per item in, or items
   dropped: nothing to save;
-- ``sharding_filter`` (:class:`Split`): how the shards are split, checked on restore;
+- ``sharding_filter`` (:class:`Split`): how the shards are split, checked on restore (before
+  the reader, where it splits shard URLs);
 - ``shuffle`` (:class:`Shuffled`): before the reader, the seed of its epoch; after it,
   refused (``buffer_shuffle`` saves where its samples are).
 
@@ -94,9 +95,11 @@ class Wrapped(TorchStage):
         return None
 
 
-class Split(Passing):
+class Split(TorchStage):
     """``sharding_filter``: keeps every n-th item; its part is how the shards are split (the
-    number of readers and this one's index), which must not change."""
+    number of readers and this one's index), which must not change. Which items it keeps
+    depends on their position, so it is not :attr:`~Passing.one_to_one`: a sample buffer after
+    it (sharding samples, not shard URLs) cannot have its samples made again."""
 
     pipe: ShardingFilterIterDataPipe
 
