@@ -1,128 +1,27 @@
 """One test over every registered wdspipes stage: it pickles, and a copy seeded alike gives the
-same output, epoch after epoch. A new stage is covered by adding it to EXAMPLES; the walk fails
-until it is. Also: wdspipes and torchdata import together, in either order, with no clash."""
+same output, epoch after epoch. A new stage is covered by adding it to EXAMPLES
+(tests/stage_examples.py, which tests/test_stage_state.py runs too); the walk fails until it is.
+Also: wdspipes and torchdata import together, in either order, with no clash."""
 
 from __future__ import annotations
 
 import pickle
-import random
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from shardgen import make_tar
+from stage_examples import EXAMPLES, comparable, registered_stages, write_shards
 from torch.utils.data import IterDataPipe
-from torch.utils.data.datapipes.iter import IterableWrapper
 from torch.utils.data.graph_settings import apply_random_seed
-
-import wdspipes as wds
-from wdspipes.datapipe import registered_stage
-
-
-def registered_stages() -> dict[str, type]:
-    """Functional name -> class, for every stage wdspipes registered on IterDataPipe."""
-    stages = {name: registered_stage(name) for name in IterDataPipe.functions}
-    return {name: cls for name, cls in stages.items() if cls is not None}
-
-
-def comparable(item: Any) -> Any:
-    """Items as plain data: an opened shard by its URL and its bytes (read while it is open),
-    tensors as lists."""
-    if isinstance(item, wds.ShardStream):
-        return item.url, item.stream.read()
-    if isinstance(item, torch.Tensor):
-        return item.tolist()
-    if isinstance(item, tuple | list):
-        return [comparable(x) for x in item]
-    if isinstance(item, dict):
-        return {k: comparable(v) for k, v in item.items()}
-    return item
-
-
-def samples(urls: list[str]) -> IterDataPipe[Any]:
-    return wds.ShardList(urls).open_shards().load_tar().group_samples()
-
-
-def streams(urls: list[str], suffix: str) -> wds.ShardList:
-    """The stream shards the fixture writes next to each tar shard, with the same samples."""
-    return wds.ShardList([url.removesuffix(".tar") + suffix for url in urls])
-
-
-def tuples(urls: list[str]) -> IterDataPipe[Any]:
-    return samples(urls).decode().to_tuple("cls", "txt")
-
-
-def odd_class(sample: dict[str, Any]) -> bool:
-    return sample["cls"] % 2 == 1
-
-
-def describe(sample: dict[str, Any]) -> str:
-    return f"{sample['__key__']}: {sample['txt']}"
-
-
-class Jitter:
-    """A decode handler that draws from the generator the stage hands it: the stage's
-    seeding shows in the output."""
-
-    takes_rng = True
-
-    def __call__(self, key: str, data: bytes, rng: random.Random) -> Any:
-        return (data, rng.random()) if key == ".txt" else None
-
-
-# Functional name -> (build an example pipeline from shard paths). Functions must be defined
-# at module level, so that the pipelines pickle.
-EXAMPLES: dict[str, Callable[[list[str]], IterDataPipe[Any]]] = {
-    "list_shards": lambda urls: IterableWrapper([urls, "x-{0..2}.tar"]).list_shards(),
-    "resample_shards": lambda urls: wds.ShardList(urls).resample_shards(nshards=20),
-    "open_shards": lambda urls: wds.ShardList(urls).open_shards(),
-    "load_tar": lambda urls: wds.ShardList(urls).open_shards().load_tar(),
-    "group_samples": samples,
-    "load_cbor": lambda urls: streams(urls, ".cbor").open_shards().load_cbor(),
-    "load_msgpack": lambda urls: streams(urls, ".msgpack").open_shards().load_msgpack(),
-    "decode": lambda urls: samples(urls).decode(Jitter()),
-    "buffer_shuffle": lambda urls: samples(urls).buffer_shuffle(5),
-    "to_tuple": tuples,
-    "map_tuple": lambda urls: tuples(urls).map_tuple(str, len),
-    "map_dict": lambda urls: samples(urls).decode().map_dict(cls=str),
-    "rename": lambda urls: samples(urls).rename(label="cls", keep=False),
-    "select": lambda urls: samples(urls).decode().select(odd_class),
-    "map_samples": lambda urls: samples(urls).decode().map_samples(describe),
-    "islice": lambda urls: samples(urls).islice(1, 9, 2),
-    "batched": lambda urls: tuples(urls).batched(4),
-    "unbatched": lambda urls: tuples(urls).batched(4).unbatched(),
-    "with_epoch": lambda urls: samples(urls).buffer_shuffle(5).with_epoch(30),
-    "with_length": lambda urls: samples(urls).with_length(12),
-    "repeat_epochs": lambda urls: samples(urls).buffer_shuffle(5).repeat_epochs(2),
-}
 
 
 @pytest.fixture(scope="module")
 def urls(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """4 shards of 3 samples with a decodable class and text; also as CBOR and msgpack."""
-    directory = tmp_path_factory.mktemp("registry")
-    paths = []
-    for shard in range(4):
-        members = []
-        for index in range(3):
-            key = f"{shard}-{index}"
-            members += [
-                (f"{key}.cls", str(shard * 3 + index).encode()),
-                (f"{key}.txt", b"t" * index),
-            ]
-        path = directory / f"shard-{shard}.tar"
-        path.write_bytes(make_tar(members))
-        paths.append(str(path))
-        for writer_class in (wds.CborWriter, wds.MsgpackWriter):
-            suffix = ".cbor" if writer_class is wds.CborWriter else ".msgpack"
-            with writer_class(path.with_suffix(suffix)) as writer:
-                for sample in wds.ShardList([str(path)]).open_shards().load_tar().group_samples():
-                    writer.write(sample)
-    return paths
+    return write_shards(tmp_path_factory.mktemp("registry"))
 
 
 def test_every_registered_stage_has_an_example() -> None:

@@ -8,6 +8,7 @@ Importing the package registers its functional stages on ``IterDataPipe``: ``lis
 """
 
 from wdspipes.batch import Batcher, Unbatcher, batched, collate, unbatched
+from wdspipes.compat import fix_dataloader2, mend_stateful_dataloader
 from wdspipes.curried import Stage
 from wdspipes.decoders import (
     Continue,
@@ -68,9 +69,7 @@ from wdspipes.fields import (
 )
 from wdspipes.grouping import SampleGrouper, group_by_keys
 from wdspipes.io import ShardOpener, ShardStream, open_url, url_opener
-from wdspipes.loaders import fix_dataloader2
 from wdspipes.pipeline import DataPipeline, IteratorStage, WebDataset, tarfile_to_samples
-from wdspipes.resume import mend_stateful_dataloader
 from wdspipes.shards import (
     ResampledShards,
     ShardList,
@@ -95,8 +94,8 @@ from wdspipes.writers import SampleEncoder, ShardWriter, TarWriter, encode_value
 
 __version__ = "0.1.0.dev0"
 
-fix_dataloader2()  # if torchdata's DataLoader2 was imported first (see wdspipes.loaders)
-mend_stateful_dataloader()  # clear refusals and epoch numbers on resume (see wdspipes.resume)
+fix_dataloader2()  # if torchdata's DataLoader2 was imported first (see wdspipes.compat)
+mend_stateful_dataloader()  # state, refusals and epoch numbers on resume (see wdspipes.compat)
 
 __all__ = [
     "Batcher",

@@ -159,8 +159,6 @@ class Batcher(StageDataPipe[Any]):
     [[0, 1], [2, 3]]
     """
 
-    keeps_refs = False  # between batches it holds nothing: no state to save
-
     def __init__(
         self,
         source_datapipe: IterDataPipe[Any],
@@ -189,6 +187,10 @@ class Batcher(StageDataPipe[Any]):
     def _finish(self, batch: list[Any]) -> Any:
         return batch if self.collation_fn is None else self.collation_fn(batch)
 
+    def resume_state(self) -> None:
+        """Nothing: between the batches it yields, it holds no sample."""
+        return None
+
 
 @functional_stage("unbatched")
 class Unbatcher(StageDataPipe[Any]):
@@ -205,8 +207,6 @@ class Unbatcher(StageDataPipe[Any]):
     [('a', 1), ('b', 2)]
     """
 
-    keeps_refs = False
-
     def __init__(self, source_datapipe: IterDataPipe[Any]) -> None:
         super().__init__()
         self.source_datapipe = source_datapipe
@@ -221,6 +221,11 @@ class Unbatcher(StageDataPipe[Any]):
                 yield row
 
     def resume_state(self) -> None:
+        """Nothing, between batches; inside one, it cannot save its place.
+
+        Raises:
+            ResumeError: samples of the last batch are still to come.
+        """
         if self.rows_left:
             raise ResumeError(
                 f"Unbatcher (unbatched) cannot save its place inside a batch ({self.rows_left} "

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 from torch.utils.data import IterDataPipe
 
-from wdspipes.loaders import fix_dataloader2
+from wdspipes.compat import fix_dataloader2
+from wdspipes.resumable import Resumable
+from wdspipes.resume import pipeline_state, restore_pipeline
 
 __all__ = ["Sample", "StageDataPipe", "functional_stage", "registered_stage"]
 
@@ -49,9 +51,13 @@ def registered_stage(name: str) -> type | None:
     return getattr(IterDataPipe.functions.get(name), "_wds_stage", None)
 
 
-class StageDataPipe(IterDataPipe[T_co]):
-    """An IterDataPipe whose per-item bookkeeping in torch is cheap, and which mends
-    DataLoader2 before DataLoader2 can run it.
+class StageDataPipe(Resumable, IterDataPipe[T_co]):
+    """The base of every wdspipes stage: its state follows the state protocol, its per-item
+    bookkeeping in torch is cheap, and it mends DataLoader2 before DataLoader2 can run it.
+
+    Each stage declares how it resumes (see :class:`~wdspipes.resumable.Resumable` and
+    docs/guide/writing-a-stage.md): one that declares nothing is refused when the state is
+    asked for, with a :class:`~wdspipes.errors.ResumeError` naming it.
 
     Torch wraps every ``__iter__`` and, for each item, checks
     ``hasattr(datapipe, "_is_child_datapipe")``. On a plain IterDataPipe that lookup fails
@@ -60,15 +66,11 @@ class StageDataPipe(IterDataPipe[T_co]):
     not the children of ``fork`` or ``demux``; saying so makes the check a class-attribute read.
 
     Pickling a stage mends DataLoader2's multiprocessing if torchdata is loaded (see
-    :func:`wdspipes.loaders.fix_dataloader2`): DataLoader2 pickles the graph it is given before
+    :func:`wdspipes.compat.fix_dataloader2`): DataLoader2 pickles the graph it is given before
     it starts any worker; unpickling one mends it in a spawned worker.
     """
 
     _is_child_datapipe = False
-
-    keeps_refs: ClassVar[bool] = True
-    """Whether each item out is one item in, changed or not (or one dropped): then a sample
-    shuffle buffer downstream can tell where its samples live (see :mod:`wdspipes.resume`)."""
 
     def __getstate__(self) -> Any:
         fix_dataloader2()
@@ -88,8 +90,6 @@ class StageDataPipe(IterDataPipe[T_co]):
         Raises:
             ResumeError: a stage of the pipeline cannot save its state; the message names it.
         """
-        from wdspipes.resume import pipeline_state
-
         return pipeline_state(self)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -99,14 +99,4 @@ class StageDataPipe(IterDataPipe[T_co]):
             ResumeError: the state is another pipeline's, or was saved with the shards split
                 among another number of workers and ranks.
         """
-        from wdspipes.resume import restore_pipeline
-
         restore_pipeline(self, state_dict)
-
-    def resume_state(self) -> Any:
-        """This stage's own part of :meth:`state_dict`; None for a stage that holds nothing
-        between items."""
-        return None
-
-    def resume_from(self, state: Any) -> None:
-        """Take back what :meth:`resume_state` returned, for the next iteration."""

@@ -22,6 +22,7 @@ from torch.utils.data import IterDataPipe
 
 from wdspipes.curried import Stage, stage_factory
 from wdspipes.datapipe import StageDataPipe, functional_stage
+from wdspipes.resume import abandon_epoch
 
 __all__ = ["EpochLimiter", "EpochRepeater", "LengthSetter", "repeat", "with_epoch", "with_length"]
 
@@ -67,8 +68,6 @@ class EpochLimiter(StageDataPipe[Any]):
     ['a', 'b', 'c']
     """
 
-    keeps_refs = False
-
     def __init__(self, source_datapipe: IterDataPipe[Any], nitems: int) -> None:
         super().__init__()
         if not isinstance(nitems, int) or nitems < 0:
@@ -83,6 +82,8 @@ class EpochLimiter(StageDataPipe[Any]):
         resume, self._resume = self._resume, None
         self.count = resume or 0
         if self.count >= self.nitems:
+            if resume is not None:  # restored at the end of its epoch
+                abandon_epoch(self.source_datapipe)
             return
         for item in _epochs(self, None, resumed=resume is not None):
             self.count += 1
@@ -122,6 +123,8 @@ class LengthSetter(StageDataPipe[Any]):
     3
     """
 
+    one_to_one = True
+
     def __init__(self, source_datapipe: IterDataPipe[Any], length: int) -> None:
         super().__init__()
         if not isinstance(length, int) or length < 0:
@@ -155,8 +158,6 @@ class EpochRepeater(StageDataPipe[Any]):
     ['a', 'b', 'a', 'b', 'a', 'b']
     """
 
-    keeps_refs = False
-
     def __init__(self, source_datapipe: IterDataPipe[Any], nepochs: int | None = None) -> None:
         super().__init__()
         if nepochs is not None and (not isinstance(nepochs, int) or nepochs < 0):
@@ -170,6 +171,8 @@ class EpochRepeater(StageDataPipe[Any]):
         resume, self._resume = self._resume, None
         self.done = resume or 0
         left = None if self.nepochs is None else self.nepochs - self.done
+        if left == 0 and resume is not None:  # restored at the end of its epoch
+            abandon_epoch(self.source_datapipe)
         yield from _epochs(self, left, resumed=resume is not None)
 
     def set_seed(self, seed: int) -> None:

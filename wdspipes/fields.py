@@ -30,6 +30,7 @@ from wdspipes.errors import (
     reraise_exception,
     sample_location,
 )
+from wdspipes.resume import abandon_epoch
 
 __all__ = [
     "FieldMapper",
@@ -86,6 +87,8 @@ class TupleMaker(StageDataPipe[tuple[Any, ...]]):
     >>> list(IterableWrapper([{"a": 1, "b": 2}]).to_tuple("b a"))
     [(2, 1)]
     """
+
+    one_to_one = True
 
     def __init__(
         self,
@@ -152,6 +155,8 @@ class TupleMapper(StageDataPipe[tuple[Any, ...]]):
     [('1', 'a', 2)]
     """
 
+    one_to_one = True
+
     def __init__(
         self,
         source_datapipe: IterDataPipe[tuple[Any, ...]],
@@ -200,6 +205,8 @@ class FieldMapper(StageDataPipe[Sample]):
     >>> list(IterableWrapper([{"cls": b"3", "txt": b"x"}]).map_dict(cls=int))
     [{'cls': 3, 'txt': b'x'}]
     """
+
+    one_to_one = True
 
     def __init__(
         self,
@@ -263,6 +270,8 @@ class Renamer(StageDataPipe[Sample]):
     [{'__key__': '0', 'image': b'J'}]
     """
 
+    one_to_one = True
+
     def __init__(
         self,
         source_datapipe: IterDataPipe[Sample],
@@ -311,6 +320,8 @@ class SampleSelector(StageDataPipe[Any]):
     [0, 3]
     """
 
+    one_to_one = True
+
     def __init__(self, source_datapipe: IterDataPipe[Any], predicate: Callable[[Any], Any]) -> None:
         super().__init__()
         if not callable(predicate):
@@ -346,6 +357,8 @@ class SampleMapper(StageDataPipe[Any]):
     >>> list(IterableWrapper([1, 2, 3, 4]).map_samples(lambda x: x * 10 if x % 2 else None))
     [10, 30]
     """
+
+    one_to_one = True
 
     def __init__(
         self,
@@ -393,8 +406,6 @@ class ItemSlicer(StageDataPipe[Any]):
     [2, 5]
     """
 
-    keeps_refs = False
-
     def __init__(self, source_datapipe: IterDataPipe[Any], *args: int | None) -> None:
         super().__init__()
         itertools.islice((), *args)  # the arguments' checks, with islice's own messages
@@ -406,10 +417,12 @@ class ItemSlicer(StageDataPipe[Any]):
         self._resume: int | None = None
 
     def __iter__(self) -> Iterator[Any]:
-        position, self._resume = self._resume or 0, None
-        self.position = position
+        resume, self._resume = self._resume, None
+        position = self.position = resume or 0
         start, stop, step = self.start, self.stop, self.step
         if stop is not None and position >= stop:
+            if resume is not None:  # restored at the end of its epoch
+                abandon_epoch(self.source_datapipe)
             return
         for item in self.source_datapipe:
             index = position

@@ -124,6 +124,7 @@ class SampleGrouper(SampleReader):
         last_offset = -1
         local_path = None
         ref = (0, 0)
+        places = self.places
         for name, data, offset, url in members:
             if offset <= last_offset or url != last_url:
                 if offset < 0:  # FAILED: the shard broke off
@@ -131,7 +132,7 @@ class SampleGrouper(SampleReader):
                         end = self._whole_until(cursor, sample["__key__"])
                         if end is not None:
                             self.next_offset = end
-                            self.last_ref = ref
+                            places.last = ref
                             yield sample
                         else:
                             cursor.dropped = sample["__key__"]
@@ -140,7 +141,7 @@ class SampleGrouper(SampleReader):
                     continue
                 if sample is not None:
                     self.next_offset = offset
-                    self.last_ref = ref
+                    places.last = ref
                     yield sample
                     sample = None
                 last_url = url
@@ -162,7 +163,7 @@ class SampleGrouper(SampleReader):
             if sample is None or key != sample["__key__"]:
                 if sample is not None:
                     self.next_offset = offset
-                    self.last_ref = ref
+                    places.last = ref
                     yield sample
                 ref = (cursor.number, offset)
                 if local_path is None:
@@ -173,13 +174,13 @@ class SampleGrouper(SampleReader):
                 if self._skip_duplicate(name, key, field, offset, url):
                     continue
                 self.next_offset = END
-                self.last_ref = ref
+                places.last = ref
                 yield sample
                 return
             sample[field] = data
         self.next_offset = END
         if sample is not None:
-            self.last_ref = ref
+            places.last = ref
             yield sample
 
     @staticmethod
@@ -220,8 +221,9 @@ class SampleGrouper(SampleReader):
         wanted = set(offsets)
         walk = _TarWalk(stream, url, offsets[0], ignore_zeros=ignore_zeros).members()
         for sample in self._grouped(walk, cursor):
-            if self.last_ref[1] in wanted:
-                samples[self.last_ref[1]] = sample
+            offset = self.places.last[1]
+            if offset in wanted:
+                samples[offset] = sample
                 if len(samples) == len(wanted):
                     break
         return samples

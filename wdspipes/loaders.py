@@ -3,45 +3,23 @@
 torchdata 0.9 is the last release with DataLoader2. It warns about that at import; wdspipes
 silences exactly that warning and nothing else. The stages themselves need only torch.
 
-It also has a bug that wdspipes mends (:func:`fix_dataloader2`): with
-``MultiProcessingReadingService``, as soon as one worker runs out of items before another (3
-shards on 2 workers, or fewer shards than workers), the main process asks the finished worker
-for more and waits on one it never asked, failing with "Can not expect any response without
-submitted request" (pytorch/data#1310, #1228; DataLoader2 is no longer maintained). Shards
-rarely split evenly among workers, so every wdspipes pipeline needs the fix: it is applied
-whenever a wdspipes graph is pickled in a process where torchdata's DataLoader2 is loaded,
-which DataLoader2 always does before it starts its workers.
-
-And it waits by polling: its prefetch buffers (``worker_prefetch_cnt``, ``main_prefetch_cnt``,
-10 by default) wake every 0.1 ms to look for an item or for room, and its main process polled
-the worker queues, sleeping 1 ms between looks. On a machine with few cores those threads take
-the CPU from the ones decoding images. The mend waits on a condition (the prefetch buffers) and
-on the queue itself (the round-robin) instead, woken by the item that arrives.
+DataLoader2 also fails when workers run out of items at different times, and waits by polling;
+:func:`fix_dataloader2` mends both (it lives with the other torchdata mends in
+:mod:`wdspipes.compat`, and is applied by :func:`dataloader2`, when wdspipes is imported after
+DataLoader2, and whenever a wdspipes graph is pickled).
 """
 
 from __future__ import annotations
 
 import importlib
-import logging
-import sys
-import threading
-import time
 import warnings
-from collections.abc import Iterator
 from types import ModuleType
-from typing import Any
 
-from torch.utils.data.datapipes._hook_iterator import hook_iterator
+from wdspipes.compat import fix_dataloader2
 
 __all__ = ["dataloader2", "fix_dataloader2"]
 
-log = logging.getLogger(__name__)
-
 _DEPRECATION = r"(?s).*The 'datapipes', 'dataloader2' modules are deprecated"
-_QUEUES = "torchdata.dataloader2.communication.iter"
-_PREFETCHER = "torchdata.datapipes.iter.util.prefetcher"
-_FIXED = "_wdspipes_fixed"
-_WAKE_UP = 0.1  # seconds: how often a wait for a worker looks whether the loader was shut down
 
 
 def dataloader2() -> ModuleType:
@@ -61,162 +39,3 @@ def dataloader2() -> ModuleType:
             ) from exn
     fix_dataloader2()
     return module
-
-
-def fix_dataloader2() -> bool:
-    """Replace the round-robin of ``MultiProcessingReadingService`` with one that lets workers
-    finish at different times and waits without polling, and make the prefetch buffers wait
-    without polling. Does nothing unless torchdata 0.8 or 0.9's DataLoader2 is loaded; applying
-    it twice changes nothing. Returns whether the fix is in place."""
-    queues = sys.modules.get(_QUEUES)
-    if queues is None:
-        return False
-    consumer = queues._IterateQueueDataPipes
-    if getattr(consumer, _FIXED, False):
-        return True
-    version = getattr(sys.modules.get("torchdata"), "__version__", "")
-    if not version.startswith(("0.8.", "0.9.")):
-        log.debug("torchdata %s: DataLoader2 left as it is", version)
-        return False
-    namespace: dict[str, Any] = {"__iter__": _round_robin}
-    hook_iterator(namespace)  # the per-item bookkeeping torch gives every __iter__
-    consumer.__iter__ = namespace["__iter__"]
-    prefetcher = importlib.import_module(_PREFETCHER).PrefetcherIterDataPipe
-    namespace = {"__iter__": _prefetched}
-    hook_iterator(namespace)
-    prefetcher.__iter__ = namespace["__iter__"]
-    prefetcher.thread_worker = staticmethod(_prefetch)
-    setattr(consumer, _FIXED, True)
-    log.debug("mended DataLoader2's round-robin (pytorch/data#1310) and prefetch buffers")
-    return True
-
-
-def _round_robin(self: Any) -> Iterator[Any]:
-    """``_IterateQueueDataPipes.__iter__``, mended: one item from each worker in turn, each
-    worker with at most one request outstanding; a worker that stops leaves the turn.
-
-    Keeps the original's contract: responses stored by a pause come first, a request limit
-    ends the epoch once the responses already asked for are delivered, termination ends it
-    at once, and worker errors are raised here.
-    """
-    messages = importlib.import_module("torchdata.dataloader2.communication.messages")
-    queues = sys.modules[_QUEUES]
-    active = list(range(len(self.datapipes)))
-    for index in active:
-        if (
-            not self.datapipes[index].protocol.waiting_for_response()
-            and not self.res_buffers[index]
-        ):
-            _request(self, index)
-    turn = 0
-    while active and not self._terminated:
-        turn %= len(active)
-        index = active[turn]
-        response = _response(self, index, queues)
-        if response is None:  # terminated, or no request left to wait for (limit reached)
-            del active[turn]
-            continue
-        if isinstance(response, messages.InvalidStateResponse):
-            raise queues.InvalidStateResetRequired
-        if isinstance(response, messages.TerminateResponse):
-            raise queues.TerminateRequired
-        if isinstance(response, messages.WorkerExceptionResponse):
-            response.exc.reraise()
-        if isinstance(response, messages.StopIterationResponse):
-            del active[turn]
-            continue
-        _request(self, index)
-        turn += 1
-        yield response.value
-
-
-def _prefetched(self: Any) -> Iterator[Any]:
-    """``PrefetcherIterDataPipe.__iter__``, waiting on a condition: the items that a thread
-    (:func:`_prefetch`) reads ahead into a buffer, in order; its error is raised here."""
-    communication = importlib.import_module("torchdata.dataloader2.communication")
-    state = importlib.import_module(_PREFETCHER)._PrefetchData(
-        self.source_datapipe, self.buffer_size
-    )
-    state.changed = changed = threading.Condition()
-    buffer = state.prefetch_buffer
-    self.prefetch_data = state
-    thread = self.thread = threading.Thread(target=_prefetch, args=(state,), daemon=True)
-    thread.start()
-    try:
-        while True:
-            with changed:
-                changed.wait_for(lambda: buffer or state.stop_iteration, _WAKE_UP)
-                if not buffer:
-                    if state.stop_iteration:
-                        return
-                    continue
-                item = buffer.popleft()
-                changed.notify_all()
-            if isinstance(item, Exception):
-                if isinstance(item, StopIteration | communication.iter.TerminateRequired):
-                    return
-                raise item
-            yield item
-    finally:
-        state.run_prefetcher = False
-        state.stop_iteration = True
-        state.paused = False
-        with changed:
-            changed.notify_all()
-        thread.join()
-
-
-def _prefetch(state: Any) -> None:
-    """``PrefetcherIterDataPipe.thread_worker``, waiting on a condition: read the source into
-    the buffer while there is room, until the source ends or fails (the error goes into the
-    buffer) or the reader stops. Pausing (torchdata's ``pause()`` clears ``run_prefetcher``
-    and waits for ``paused``) works as before."""
-    changed: threading.Condition = state.changed
-    buffer = state.prefetch_buffer
-    items = iter(state.source_datapipe)
-    while not state.stop_iteration:
-        if not state.run_prefetcher:
-            state.paused = True
-            time.sleep(0.001)  # paused: torchdata's resume() sets run_prefetcher again
-            continue
-        with changed:
-            if len(buffer) >= state.buffer_size:
-                changed.wait_for(
-                    lambda: len(buffer) < state.buffer_size or not state.run_prefetcher,
-                    _WAKE_UP,
-                )
-                continue
-        try:
-            item = next(items)
-        except Exception as exn:
-            item = exn
-            state.run_prefetcher = False
-            state.stop_iteration = True
-        with changed:
-            buffer.append(item)
-            changed.notify_all()
-
-
-def _request(self: Any, index: int) -> None:
-    """Ask worker ``index`` for its next item, unless the request limit is reached."""
-    if self._limit is not None and self._request_cnt >= self._limit:
-        return
-    self.datapipes[index].protocol.request_next()
-    self._request_cnt += 1
-
-
-def _response(self: Any, index: int, queues: ModuleType) -> Any:
-    """Worker ``index``'s answer to its outstanding request, or None if it has none."""
-    if self.res_buffers[index]:
-        return self.res_buffers[index].popleft()
-    protocol = self.datapipes[index].protocol
-    if not protocol.waiting_for_response():
-        return None
-    while not self._terminated:
-        try:
-            # A blocking wait, woken by the worker's answer: polling with sleeps (as torchdata
-            # does) cost the main process over 100 µs of CPU per batch of images.
-            return protocol.get_response_next(block=True, timeout=_WAKE_UP)
-        except queues.communication.protocol.EmptyQueue:
-            continue
-    return None

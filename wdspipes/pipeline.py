@@ -39,8 +39,6 @@ class IteratorStage(StageDataPipe[Any]):
     [0, 2, 4]
     """
 
-    keeps_refs = False
-
     def __init__(
         self, source_datapipe: IterDataPipe[Any], fn: Callable[[Iterator[Any]], Iterable[Any]]
     ) -> None:
@@ -55,8 +53,11 @@ class IteratorStage(StageDataPipe[Any]):
         raise ResumeError(
             f"IteratorStage ({getattr(self.fn, '__name__', self.fn)!r}, a plain function in "
             "DataPipeline) cannot save its position: write it as a stage (wds.map, wds.select, "
-            "a StageDataPipe subclass with resume_state) to resume mid-epoch"
+            "a StageDataPipe subclass that declares how it resumes) to resume mid-epoch"
         )
+
+    def replay_state(self) -> None:
+        self.resume_state()
 
 
 def DataPipeline(*stages: Any) -> IterDataPipe[Any]:

@@ -6,6 +6,13 @@ A sample's place is its shard's number among the shards this reader opened in th
 (counted from 1, as ``open_shards`` counts them) and the byte offset where it starts. A reader
 saves the place of the next sample; a shuffle buffer saves the places of the samples it holds,
 and on restore asks the reader to read those again before it goes on.
+
+A reader is the stage a pipeline resumes around (its
+:attr:`~wdspipes.resumable.Resumable.replays_source`). It links with the stages it works with
+as each of its epochs begins: it tells the stages before its ``open_shards`` that an epoch
+begins (:func:`wdspipes.resume.begin_replay`), asks that opener to skip to the shard it goes on
+from (:meth:`~wdspipes.io.ShardOpener.resume_at`), and keeps a
+:class:`~wdspipes.resumable.SamplePlaces` up to date for a shuffle buffer after it.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ from typing import Any, TypeVar
 from wdspipes.datapipe import Sample, StageDataPipe
 from wdspipes.errors import ResumeError
 from wdspipes.io.opener import ByteStream, ShardOpener, close_quietly
+from wdspipes.resumable import Place, SamplePlaces
+from wdspipes.resume import begin_replay
 
 __all__ = ["END", "START", "SampleReader", "ShardCursor"]
 
@@ -47,21 +56,23 @@ class ShardCursor:
 
 
 class SampleReader(StageDataPipe[Sample]):
-    """A stage that makes samples of opened shards and knows where each one lives.
+    """A stage that makes samples of opened shards and knows where each one lives: a reader.
 
     Subclasses keep :attr:`cursor`, :attr:`next_offset` (where the next sample starts in the
-    cursor's shard) and :attr:`last_ref` (the place of the sample yielded last) up to date, call
-    :meth:`_begin` as an iteration starts and :meth:`_replay_first` with what it returns, and
-    implement :meth:`_opener` and :meth:`_collect`.
+    cursor's shard) and ``places.last`` (the place of the sample yielded last, in
+    :attr:`places`) up to date, call :meth:`_begin` as an iteration starts and
+    :meth:`_replay_first` with what it returns, and implement :meth:`_opener` and
+    :meth:`_collect`.
     """
+
+    replays_source = True
 
     def __init__(self) -> None:
         super().__init__()
         self.cursor = ShardCursor()
         self.next_offset: int | str = START
-        self.last_ref: tuple[int, int] = (0, 0)
+        self.places = SamplePlaces()
         self._resume: tuple[int, ...] | str = START
-        self._replay: list[tuple[int, int]] = []
 
     def _opener(self) -> ShardOpener:
         """The ``open_shards`` stage this reader reads; ResumeError if it reads another."""
@@ -72,12 +83,26 @@ class SampleReader(StageDataPipe[Sample]):
         (sorted), by offset."""
         raise NotImplementedError
 
-    def _begin(self) -> tuple[tuple[int, ...] | str, list[tuple[int, int]]]:
-        """Take what a restored state left to do, and tell the opener where to go: the
-        position to go on from, and the places of samples to read again first."""
-        resume, replay = self._resume, self._replay
-        self._resume, self._replay = START, []
+    def _find_opener(self) -> ShardOpener | None:
+        """The ``open_shards`` stage this reader reads, or None if it reads another."""
+        try:
+            return self._opener()
+        except ResumeError:
+            return None
+
+    def _begin(self) -> tuple[tuple[int, ...] | str, list[Place]]:
+        """Begin an epoch: tell the stages before the opener (they are replayed), take what a
+        restored state left to do, and tell the opener where to go. Returns the position to
+        go on from, and the places of samples to read again first (a restored shuffle
+        buffer's, through :attr:`places`)."""
+        opener = self._find_opener()
+        if opener is not None:
+            begin_replay(opener)
+        resume, replay = self._resume, self.places.again
+        self._resume, self.places.again = START, []
         self.next_offset = START
+        if replay and resume == START:
+            raise ResumeError("a shuffle buffer holds samples, but the reader has not begun")
         if resume == START:
             return resume, []
         number = resume[0] if isinstance(resume, tuple) else None
@@ -85,7 +110,7 @@ class SampleReader(StageDataPipe[Sample]):
         return resume, replay
 
     def _replay_first(
-        self, items: Iterator[T], replay: list[tuple[int, int]]
+        self, items: Iterator[T], replay: list[Place]
     ) -> Generator[Sample, None, Iterator[T]]:
         """Yield the samples at ``replay`` (a restored shuffle buffer's) before reading on;
         returns ``items`` to read on from. The first item is taken before: it makes the opener
@@ -96,11 +121,11 @@ class SampleReader(StageDataPipe[Sample]):
         yield from self._read_again(replay)
         return iter(()) if first is _NONE else itertools.chain((first,), items)
 
-    def _read_again(self, refs: list[tuple[int, int]]) -> Iterator[Sample]:
+    def _read_again(self, refs: list[Place]) -> Iterator[Sample]:
         """The samples at ``refs`` (shard number, offset), in that order: each shard they are
         in is opened once."""
         opener = self._opener()
-        found: dict[tuple[int, int], Sample] = {}
+        found: dict[Place, Sample] = {}
         by_shard: dict[int, list[int]] = {}
         for shard, offset in refs:
             by_shard.setdefault(shard, []).append(offset)
@@ -109,8 +134,9 @@ class SampleReader(StageDataPipe[Sample]):
             offsets.sort()
             for offset, sample in self._samples_at(opener, url, offsets).items():
                 found[shard, offset] = sample
+        places = self.places
         for ref in refs:
-            self.last_ref = ref
+            places.last = ref
             yield found[ref]
 
     def _samples_at(self, opener: ShardOpener, url: str, offsets: list[int]) -> dict[int, Sample]:
@@ -132,20 +158,23 @@ class SampleReader(StageDataPipe[Sample]):
 
     def set_seed(self, seed: int) -> None:
         """A loader begins an epoch: a state loaded before is dropped (see wdspipes.resume)."""
-        self._resume, self._replay = START, []
+        self._resume, self.places.again = START, []
 
     def resume_state(self) -> dict[str, Any]:
+        """The place of the next sample: ``[shard number, byte offset]``, or ``"start"`` or
+        ``"end"`` of the epoch.
+
+        Raises:
+            ResumeError: the reader does not read ``open_shards`` as it must to resume.
+        """
+        self._opener()
         offset = self.next_offset
         return {"next": [self.cursor.number, offset] if isinstance(offset, int) else offset}
 
     def resume_from(self, state: dict[str, Any]) -> None:
         position = state["next"]
         self._resume = tuple(position) if isinstance(position, list) else position
-        self._replay = []
+        self.places.again = []
 
-    def read_again(self, refs: list[tuple[int, int]]) -> None:
-        """Before going on, next iteration, yield the samples at ``refs`` (for a shuffle buffer
-        being restored)."""
-        if self._resume == START:
-            raise ResumeError("a shuffle buffer holds samples, but the reader has not begun")
-        self._replay = refs
+    def sample_places(self) -> SamplePlaces:
+        return self.places

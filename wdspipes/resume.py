@@ -1,15 +1,18 @@
-"""Mid-epoch resume: the state of a pipeline as positions, and how each stage gets back to it.
+"""Mid-epoch resume: the walker that assembles a pipeline's state from its stages' parts and
+hands the parts back, knowing no concrete stage (the protocol is :mod:`wdspipes.resumable`).
 
 Every wdspipes stage has ``state_dict()`` and ``load_state_dict()`` (torchdata's ``Stateful``
 protocol, which ``StatefulDataLoader`` calls in each worker), and they save and restore the
-whole graph upstream of the stage they are called on. The state is small:
+whole chain of stages upstream of the stage they are called on. The state is small:
 
-- the shard stages before the reader (``ShardList``, shard shuffles, resamplers, the sharding
-  filter) are not saved item by item: their seed materials are, and on restore they run again
-  from the start of the epoch while ``open_shards`` skips the shards already read;
-- the reader (``open_shards`` + ``load_tar`` + ``group_samples``, or ``open_shards`` + a stream
-  loader, ``load_cbor`` or ``load_msgpack``) saves the next sample's position: the shard's
-  number in this reader's stream and a byte offset in it (see :mod:`wdspipes.positions`);
+- the stages before the reader (``ShardList``, shard shuffles, resamplers, the sharding filter,
+  ``open_shards``, ``load_tar``) are not saved item by item: their seed materials are, and on
+  restore they run again from the start of the epoch while ``open_shards`` skips the shards
+  already read;
+- the reader (``group_samples`` after ``open_shards`` and ``load_tar``, or a stream loader,
+  ``load_cbor`` or ``load_msgpack``, after ``open_shards``) saves the next sample's position:
+  the shard's number in this reader's stream and a byte offset in it (see
+  :mod:`wdspipes.positions`);
 - a sample shuffle buffer saves, for each sample it holds, where it lives (shard number, byte
   offset), not its bytes, and the number of draws its generator made; on restore the reader
   reads those samples again, from only the shards they are in, and they pass through the
@@ -20,9 +23,10 @@ Restoring takes the same time wherever in the epoch the state was saved, but for
 list itself, which is walked again (a microsecond or so per shard).
 
 A stage that cannot be restored (a plain function stage, torch's ``shuffle`` after the reader,
-``unbatched`` in the middle of a batch, ...) raises :class:`~wdspipes.errors.ResumeError`
-naming it when the state is asked for. Loading a state into a pipeline of other stages, or
-split among another number of readers (workers times ranks), is refused the same way.
+``unbatched`` in the middle of a batch, a stage that has not declared how it resumes, ...)
+raises :class:`~wdspipes.errors.ResumeError` naming it when the state is asked for. Loading a
+state into a pipeline of other stages, or split among another number of readers (workers times
+ranks), is refused the same way.
 
 >>> import tempfile, os
 >>> import wdspipes as wds
@@ -47,139 +51,88 @@ True
 
 from __future__ import annotations
 
-import functools
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Iterator
+from typing import Any
 
 from torch.utils.data import IterDataPipe
-from torch.utils.data.datapipes.iter import (
-    Filter,
-    IterableWrapper,
-    Mapper,
-    Shuffler,
-)
-from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
-from torch.utils.data.graph import traverse_dps
 
 from wdspipes.errors import ResumeError
-
-if TYPE_CHECKING:
-    from wdspipes.io.opener import ShardOpener
+from wdspipes.resumable import Resumable, SamplePlaces, reader_names
+from wdspipes.torch_stages import part_of
 
 __all__ = [
     "FORMAT",
     "ResumeError",
+    "abandon_epoch",
+    "begin_replay",
     "chain_of",
-    "mark_shard_stages",
-    "mend_stateful_dataloader",
     "pipeline_state",
+    "prime_pipeline",
     "restore_pipeline",
-    "sample_source_of",
-    "stage_name",
+    "sample_places_of",
 ]
 
-FORMAT = "wdspipes-state/1"
-"""The ``format`` entry of every state: a state of another format is refused."""
-
-_TORCH_PASS = (IterableWrapper, Mapper, Filter, ShardingFilterIterDataPipe)
-"""Core torch stages that hold nothing between items: restored by running them again."""
-
-
-def stage_name(datapipe: IterDataPipe[Any]) -> str:
-    """A stage's class and, where it has one, its functional name: ``Shuffler (shuffle)``."""
-    cls = type(datapipe)
-    for name, function in IterDataPipe.functions.items():
-        # ours carry their class; torch's are partials of a wrapper taking the class first
-        built = getattr(function, "_wds_stage", None) or next(
-            iter(getattr(function, "args", ())), None
-        )
-        if built is cls:
-            return f"{cls.__name__} ({name})"
-    return cls.__name__
+FORMAT = "wdspipes-state/2"
+"""The ``format`` entry of every state: a state of another format is refused. (Format 1 kept
+the seed of a torch ``shuffle`` in the part of ``open_shards``; format 2 in its own.)"""
 
 
 def chain_of(sink: IterDataPipe[Any]) -> list[IterDataPipe[Any]]:
-    """The stages from the source to ``sink``, which must form a single chain.
+    """The stages from the source to ``sink``, which must form a single chain, each reached
+    through the one after it (:meth:`~wdspipes.resumable.Resumable.upstream`).
 
     Raises:
-        ResumeError: a stage reads more than one DataPipe (zip, concat, mux, ...).
+        ResumeError: a stage reads more than one DataPipe.
     """
-    chain: list[Any] = []
-    graph = traverse_dps(sink)
-    while graph:
-        ((pipe, inputs),) = graph.values()
-        pipe = cast(IterDataPipe[Any], pipe)
-        chain.append(pipe)
-        if len(inputs) > 1:
+    chain = [sink]
+    sources = part_of(sink).upstream()
+    while sources:
+        if len(sources) > 1:
             raise ResumeError(
-                f"{stage_name(pipe)} reads {len(inputs)} DataPipes: wdspipes resumes pipelines "
-                "that are a single chain of stages"
+                f"{part_of(chain[-1]).stage_label()} reads {len(sources)} DataPipes: wdspipes "
+                "resumes pipelines that are a single chain of stages"
             )
-        graph = inputs
+        chain.append(sources[0])
+        sources = part_of(sources[0]).upstream()
     chain.reverse()
     return chain
 
 
-def _reader_index(chain: list[IterDataPipe[Any]]) -> int:
-    from wdspipes.io.opener import ShardOpener
-
-    openers = [index for index, pipe in enumerate(chain) if isinstance(pipe, ShardOpener)]
-    if len(openers) != 1:
+def _reader_index(parts: list[Resumable]) -> int:
+    """The position of the one reader among the stages; ResumeError if there is not one."""
+    readers = [index for index, part in enumerate(parts) if part.replays_source]
+    if len(readers) == 1:
+        return readers[0]
+    known = ", ".join(reader_names())
+    if not readers:
         raise ResumeError(
-            "resuming needs exactly one shard reader (open_shards) in the pipeline, found "
-            f"{len(openers)}"
+            f"{parts[-1].stage_label()}, at the end of the pipeline, cannot resume: no stage "
+            "from the source to it keeps the place of what it reads, so nothing would skip "
+            f"what was read before; resuming needs a reader ({known}: group_samples after "
+            "open_shards -> load_tar, as WebDataset and tarfile_to_samples build it; bare "
+            "tar members cannot resume)"
         )
-    return openers[0]
-
-
-def sample_source_of(pipe: IterDataPipe[Any]) -> Any:
-    """The reader whose samples reach ``pipe`` one for one (each item one sample, or none);
-    the name of the stage in between that breaks that; None where no reader is upstream
-    (``pipe`` sees shard URLs)."""
-    from wdspipes.datapipe import StageDataPipe
-    from wdspipes.io.opener import ShardOpener
-    from wdspipes.positions import SampleReader
-
-    chain = chain_of(pipe)[:-1]
-    if not any(isinstance(stage, ShardOpener) for stage in chain):
-        return None
-    for stage in reversed(chain):
-        if isinstance(stage, SampleReader):
-            return stage
-        if not (isinstance(stage, StageDataPipe) and stage.keeps_refs) and not isinstance(
-            stage, (Mapper, Filter)
-        ):
-            return stage_name(stage)
-    return None
-
-
-def _check_reader(chain: list[IterDataPipe[Any]], reader: int) -> None:
-    from wdspipes.grouping import SampleGrouper
-    from wdspipes.streams import StreamLoader
-    from wdspipes.tar import TarLoader
-
-    after = [type(pipe) for pipe in chain[reader + 1 : reader + 3]]
-    if after[:1] and issubclass(after[0], StreamLoader):
-        return
-    if after != [TarLoader, SampleGrouper]:
-        at = reader + 1 + (after[:1] == [TarLoader])
-        found = stage_name(chain[at]) if at < len(chain) else "the end of the pipeline"
-        raise ResumeError(
-            f"{found} cannot save its position: resuming needs the reader open_shards -> "
-            "load_tar -> group_samples (as WebDataset and tarfile_to_samples build it), or "
-            "open_shards -> load_cbor or load_msgpack; bare tar members cannot resume"
-        )
+    found = ", ".join(parts[index].stage_label() for index in readers)
+    raise ResumeError(f"resuming needs exactly one reader ({known}), found {found}")
 
 
 def pipeline_state(sink: IterDataPipe[Any]) -> dict[str, Any]:
     """The state of the pipeline ending in ``sink``: what ``sink.state_dict()`` returns.
 
+    Each stage gives its own part: the stages before the reader their
+    :meth:`~wdspipes.resumable.Resumable.replay_state`, the reader and those after it their
+    :meth:`~wdspipes.resumable.Resumable.resume_state`.
+
     Raises:
         ResumeError: a stage cannot save its state; the message names it.
     """
     chain = chain_of(sink)
-    reader = _reader_index(chain)
-    _check_reader(chain, reader)
-    states = (_stage_state(pipe, index < reader) for index, pipe in enumerate(chain))
+    parts = [part_of(pipe) for pipe in chain]
+    reader = _reader_index(parts)
+    states = [
+        part.replay_state() if index < reader else part.resume_state()
+        for index, part in enumerate(parts)
+    ]
     return {"format": FORMAT, "stages": dict(zip(_names(chain), states, strict=True))}
 
 
@@ -188,28 +141,9 @@ def _names(chain: list[IterDataPipe[Any]]) -> list[str]:
     return [f"{index}:{type(pipe).__name__}" for index, pipe in enumerate(chain)]
 
 
-def _stage_state(pipe: IterDataPipe[Any], before_reader: bool) -> Any:
-    saver = getattr(pipe, "resume_state", None)
-    if saver is not None:
-        return saver()
-    if isinstance(pipe, ShardingFilterIterDataPipe):
-        return {"instances": [pipe.num_of_instances, pipe.instance_id]}
-    if isinstance(pipe, _TORCH_PASS) or (before_reader and isinstance(pipe, Shuffler)):
-        return None  # Shuffler: its seed is in the reader's state
-    if isinstance(pipe, Shuffler):
-        raise ResumeError(
-            f"{stage_name(pipe)} cannot save the samples in its buffer: use buffer_shuffle "
-            "(wdspipes.shuffle in DataPipeline) for samples, which saves where they are"
-        )
-    raise ResumeError(
-        f"{stage_name(pipe)} cannot save its position: it is not a wdspipes stage, nor a torch "
-        "stage known to hold nothing between items (IterableWrapper, map, filter, "
-        "sharding_filter)"
-    )
-
-
 def restore_pipeline(sink: IterDataPipe[Any], state: dict[str, Any]) -> None:
-    """Make the next iteration of ``sink`` go on from ``state`` (see :func:`pipeline_state`).
+    """Make the next iteration of ``sink`` go on from ``state`` (see :func:`pipeline_state`):
+    each stage takes its part back (:meth:`~wdspipes.resumable.Resumable.resume_from`).
 
     Raises:
         ResumeError: the state is not one of this pipeline's (other stages, another format),
@@ -219,7 +153,8 @@ def restore_pipeline(sink: IterDataPipe[Any], state: dict[str, Any]) -> None:
         found = state.get("format") if isinstance(state, dict) else type(state).__name__
         raise ResumeError(f"not a wdspipes pipeline state (format {found!r}, expected {FORMAT!r})")
     chain = chain_of(sink)
-    _reader_index(chain)
+    parts = [part_of(pipe) for pipe in chain]
+    _reader_index(parts)
     names = _names(chain)
     saved = list(state["stages"])
     if names != saved:
@@ -227,145 +162,20 @@ def restore_pipeline(sink: IterDataPipe[Any], state: dict[str, Any]) -> None:
             "the state was saved from another pipeline: its stages are "
             f"{_plain(saved)}, this pipeline's are {_plain(names)}"
         )
-    for pipe, name in zip(chain, names, strict=True):
-        _restore_stage(pipe, state["stages"][name])
-    for pipe in chain:
-        linker = getattr(pipe, "resume_link", None)
-        if linker is not None:
-            linker()
+    for part, name in zip(parts, names, strict=True):
+        part.resume_from(state["stages"][name])
 
 
 def _plain(names: list[str]) -> str:
     return " -> ".join(name.partition(":")[2] for name in names)
 
 
-def _restore_stage(pipe: IterDataPipe[Any], state: Any) -> None:
-    loader = getattr(pipe, "resume_from", None)
-    if loader is not None:
-        loader(state)
-    elif isinstance(pipe, ShardingFilterIterDataPipe):
-        saved = tuple(state["instances"])
-        current = (pipe.num_of_instances, pipe.instance_id)
-        if saved[0] != current[0]:
-            raise ResumeError(
-                f"the state was saved with the shards split among {saved[0]} readers (workers "
-                f"times ranks), and this pipeline has {current[0]}: wdspipes resumes only with "
-                "the same number of workers and ranks, since each reader's remaining samples "
-                "depend on it. Keep the count, or start the epoch afresh without the state."
-            )
-        if saved != current:
-            raise ResumeError(
-                f"this reader is number {current[1]} of {current[0]}, the state is reader "
-                f"{saved[1]}'s: give each worker and rank its own state back"
-            )
-
-
-def mark_shard_stages(opener: ShardOpener, seeds: dict[str, int] | None) -> dict[str, int]:
-    """Begin a reader's epoch: the random stages before ``opener`` start remembering the seed
-    materials they hand out (see :meth:`wdspipes.seeds.Seeding.mark`), and torch's
-    ``Shuffler`` stages there get a seed now (``seeds``' when restoring), so that it can be
-    saved. Returns the Shuffler seeds, by stage position."""
-    import torch
-
-    chosen: dict[str, int] = {}
-    for index, pipe in enumerate(chain_of(opener)[:-1]):
-        seeding = getattr(pipe, "seeding", None)
-        if seeding is not None:
-            seeding.mark()
-        elif isinstance(pipe, Shuffler) and pipe._enabled:
-            key = str(index)
-            if seeds is not None and key in seeds:
-                pipe._seed = seeds[key]
-            elif pipe._seed is None:  # as Shuffler.reset would draw it
-                pipe._seed = int(torch.empty((), dtype=torch.int64).random_().item())
-            chosen[key] = pipe._seed
-    return chosen
-
-
-_mended = False
-
-
-def mend_stateful_dataloader() -> None:
-    """Make torchdata's ``StatefulDataLoader.load_state_dict`` ready for wdspipes pipelines.
-
-    For a pipeline with a wdspipes stage at its end, loading a state:
-
-    - refuses, naming both counts, a state saved with another number of workers (torchdata
-      would fail later with a bare assertion or a missing key);
-    - primes the main process's copy of the pipeline with the epoch numbers of the state, so
-      that the epochs after the restored one are numbered (and so shuffled) as in the run
-      that saved it. Without workers the loader restores the pipeline itself; with persistent
-      workers the restored workers go on; but workers started afresh for each epoch are
-      copies of the main process's pipeline, which never sees the state.
-
-    Other datasets are left to torchdata as they were. Applied once, when wdspipes is imported.
-    """
-    global _mended
-    if _mended:
-        return
-    try:
-        from torchdata.stateful_dataloader import StatefulDataLoader
-    except ImportError:  # pragma: no cover - torchdata < 0.8
-        return
-    from torch.utils.data.datapipes.datapipe import _IterDataPipeSerializationWrapper
-
-    original = StatefulDataLoader.load_state_dict
-
-    @functools.wraps(original)
-    def load_state_dict(self: Any, state_dict: dict[str, Any]) -> None:
-        from wdspipes.datapipe import StageDataPipe
-
-        pipe = getattr(self.dataset, "_datapipe", self.dataset)
-        if isinstance(pipe, StageDataPipe) and state_dict:
-            pipeline = _check_workers(self, state_dict)
-            if pipeline is not None:
-                _prime(pipe, pipeline)
-        original(self, state_dict)
-
-    StatefulDataLoader.load_state_dict = load_state_dict
-    # DataLoader wraps a DataPipe for pickling, and the wrapper hides its methods: it has
-    # state_dict and load_state_dict where the DataPipe is a wdspipes stage, and only there.
-    for name in ("state_dict", "load_state_dict"):
-        setattr(_IterDataPipeSerializationWrapper, name, _delegated(name))
-    _mended = True
-
-
-def _delegated(name: str) -> property:
-    def get(wrapper: Any) -> Any:
-        from wdspipes.datapipe import StageDataPipe
-
-        pipe = wrapper._datapipe
-        if isinstance(pipe, StageDataPipe):
-            return getattr(pipe, name)
-        raise AttributeError(name)
-
-    return property(get)
-
-
-def _check_workers(loader: Any, state: dict[str, Any]) -> dict[str, Any] | None:
-    """Refuse a loader state of another worker count; return one worker's pipeline state."""
-    if "_snapshot" in state:
-        snapshot = state["_snapshot"]
-        saved = snapshot["_main_snapshot"]["_num_workers"]
-        workers = snapshot.get("_worker_snapshots", {})
-        first = workers.get("worker_0") or {}
-        pipeline = first.get("dataset_state")
-    else:
-        saved = 0
-        pipeline = state.get("dataset_state")
-    if saved != loader.num_workers:
-        raise ResumeError(
-            f"the state was saved by a StatefulDataLoader with {saved} workers, and this one has "
-            f"{loader.num_workers}: wdspipes resumes only with the same number of workers, "
-            "since each worker reads its own shards. Keep the count, or start the epoch afresh "
-            "without the state."
-        )
-    return pipeline if isinstance(pipeline, dict) else None
-
-
-def _prime(sink: IterDataPipe[Any], state: dict[str, Any]) -> None:
+def prime_pipeline(sink: IterDataPipe[Any], state: dict[str, Any]) -> None:
+    """Give each stage of ``sink``'s pipeline the epoch numbers of its part of ``state``
+    (:meth:`~wdspipes.resumable.Resumable.prime_epoch`), where ``state`` is one of this
+    pipeline's; otherwise do nothing (loading it will say what is wrong)."""
     if state.get("format") != FORMAT:
-        return  # load_state_dict will say what is wrong
+        return
     try:
         chain = chain_of(sink)
     except ResumeError:
@@ -374,7 +184,57 @@ def _prime(sink: IterDataPipe[Any], state: dict[str, Any]) -> None:
     if names != list(state["stages"]):
         return
     for pipe, name in zip(chain, names, strict=True):
-        seeding = getattr(pipe, "seeding", None)
-        saved = state["stages"][name]
-        if seeding is not None and isinstance(saved, dict) and "seeding" in saved:
-            seeding.prime(saved["seeding"])
+        part_of(pipe).prime_epoch(state["stages"][name])
+
+
+def _upstream(pipe: IterDataPipe[Any]) -> Iterator[IterDataPipe[Any]]:
+    """The stages ``pipe`` reads, directly or not, whatever the shape of the graph."""
+    seen = {id(pipe)}
+    waiting = list(part_of(pipe).upstream())
+    while waiting:
+        stage = waiting.pop()
+        if id(stage) not in seen:
+            seen.add(id(stage))
+            yield stage
+            waiting.extend(part_of(stage).upstream())
+
+
+def begin_replay(reader: IterDataPipe[Any]) -> None:
+    """The link a reader makes as each of its epochs begins: every stage before it hears of it
+    (:meth:`~wdspipes.resumable.Resumable.begin_replay`) before its own epoch begins."""
+    for pipe in _upstream(reader):
+        part_of(pipe).begin_replay()
+
+
+def sample_places_of(pipe: IterDataPipe[Any]) -> SamplePlaces | str | None:
+    """The link a sample buffer makes as its epoch begins: the
+    :class:`~wdspipes.resumable.SamplePlaces` of the reader before ``pipe`` when every stage
+    in between is :attr:`~wdspipes.resumable.Resumable.one_to_one`; the name of the first
+    stage in between that is not; None where no reader is before ``pipe`` (it sees shard
+    URLs, say)."""
+    part = part_of(pipe)
+    blocker = None
+    while sources := part.upstream():
+        if len(sources) > 1:
+            return blocker or part.stage_label()
+        part = part_of(sources[0])
+        places = part.sample_places()
+        if places is not None:
+            return places if blocker is None else blocker
+        if blocker is None and not part.one_to_one:
+            blocker = part.stage_label()
+    return None
+
+
+def abandon_epoch(source: IterDataPipe[Any]) -> None:
+    """For a stage restored at the end of its epoch (``with_epoch`` after its last item, say),
+    which reads no more of ``source`` in it: begin the epoch ``source`` was restored into and
+    abandon it at once, as the run that saved the state did, so that the stages before take
+    their restored parts now and begin their next epoch afresh."""
+    items = iter(source)
+    try:
+        next(items, None)
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()

@@ -57,6 +57,7 @@ from typing import Any
 from torch.utils.data import IterDataPipe
 
 from wdspipes.distributed import sharding_filter_of
+from wdspipes.resumable import Resumable
 
 __all__ = ["SeededStage", "Seeding", "sharding_position"]
 
@@ -161,20 +162,30 @@ class Seeding:
         self.iterations = 0
 
 
-class SeededStage:
-    """The seed and resume methods of a stage whose only state is its :class:`Seeding`
-    (``self.seeding``): put it before the stage's DataPipe base class."""
+class SeededStage(Resumable):
+    """The seed methods and state protocol (:mod:`wdspipes.resumable`) of a stage whose only
+    state is its :class:`Seeding` (``self.seeding``): put it before the stage's DataPipe base
+    class. Before a reader, the stage gives the same items again from the seed materials of
+    the epoch (:meth:`replay_state`); a stage that can also go on from them mid-epoch says so
+    in its own ``resume_state``."""
 
     seeding: Seeding
 
     def set_seed(self, seed: int) -> None:
         self.seeding.set_seed(seed)
 
-    def resume_state(self) -> dict[str, Any]:
+    def replay_state(self) -> dict[str, Any]:
         return {"seeding": self.seeding.state()}
 
     def resume_from(self, state: dict[str, Any]) -> None:
         self.seeding.load_state(state["seeding"])
+
+    def begin_replay(self) -> None:
+        self.seeding.mark()
+
+    def prime_epoch(self, state: Any) -> None:
+        if isinstance(state, dict) and "seeding" in state:
+            self.seeding.prime(state["seeding"])
 
 
 def sharding_position(datapipe: IterDataPipe[Any]) -> tuple[int, int] | None:

@@ -90,6 +90,10 @@ class ShardList(StageDataPipe[str]):
     def __iter__(self) -> Iterator[str]:
         yield from self.urls
 
+    def replay_state(self) -> None:
+        """Nothing: before the reader, the list is given again from its start."""
+        return None
+
     def __len__(self) -> int:
         return len(self.urls)
 
@@ -120,6 +124,10 @@ class ShardLister(StageDataPipe[str]):
     def __iter__(self) -> Iterator[str]:
         for spec in self.source_datapipe:
             yield from expand_urls(spec)
+
+    def replay_state(self) -> None:
+        """Nothing: before the reader, the specs are expanded again from the start."""
+        return None
 
 
 @functional_stage("resample_shards")

@@ -19,8 +19,8 @@ from torch.utils.data import IterDataPipe
 from wdspipes.curried import Stage, stage_factory
 from wdspipes.datapipe import StageDataPipe, functional_stage
 from wdspipes.errors import ResumeError
-from wdspipes.positions import SampleReader
-from wdspipes.resume import sample_source_of
+from wdspipes.resumable import SamplePlaces
+from wdspipes.resume import sample_places_of
 from wdspipes.seeds import Seeding
 
 __all__ = ["BufferShuffler", "Draws", "shuffle"]
@@ -49,8 +49,6 @@ class BufferShuffler(StageDataPipe[T]):
     >>> sorted(shuffled) == list(range(10)), list(shuffled) == list(shuffled)
     (True, False)
     """
-
-    keeps_refs = False
 
     def __init__(
         self,
@@ -91,32 +89,36 @@ class BufferShuffler(StageDataPipe[T]):
             yield from self.source_datapipe
             return
         resume, self._resume = self._resume, None
-        self.tracking, self.untracked = False, None
-        grouper = sample_source_of(self)
-        if isinstance(grouper, str):
-            self.untracked = grouper
-        elif grouper is not None:
-            self.tracking = True
+        link = sample_places_of(self)  # the reader's, where its samples come one for one
+        places = link if isinstance(link, SamplePlaces) else None
+        self.tracking = places is not None
+        self.untracked = link if isinstance(link, str) else None
+        if places is not None:
             self.seeding.mark()  # a sample shuffle: its own epoch, not the reader's
         draws = self.draws = Draws(self.seeding.next_material(self))
         buffer: list[T] = []
         refs = self.refs = array("q")
         source = iter(self.source_datapipe)
         if resume is not None:  # the reader yields the buffered samples first
-            draws.skip(resume["draws"])
+            if places is None:
+                raise ResumeError(
+                    "BufferShuffler (buffer_shuffle): the state holds samples, but no reader "
+                    "is upstream"
+                )
             refs.frombytes(resume["buffer"])
+            places.again = list(zip(refs[::2], refs[1::2], strict=True))  # before it begins
+            draws.skip(resume["draws"])
             buffer.extend(itertools.islice(source, len(refs) // 2))
-        track = grouper if isinstance(grouper, SampleReader) else None
         for item in source:
             buffer.append(item)
-            if track is not None:
-                refs.extend(track.last_ref)
+            if places is not None:
+                refs.extend(places.last)
             if len(buffer) < self.bufsize:  # grow: take one more while below bufsize
                 extra = next(source, _END)
                 if extra is not _END:
                     buffer.append(extra)  # type: ignore[arg-type]
-                    if track is not None:
-                        refs.extend(track.last_ref)
+                    if places is not None:
+                        refs.extend(places.last)
             if len(buffer) >= self.initial:
                 yield _take(buffer, refs, draws)
         while buffer:
@@ -125,7 +127,13 @@ class BufferShuffler(StageDataPipe[T]):
     def __len__(self) -> int:
         return len(self.source_datapipe)  # a TypeError where the source has no length
 
+    def replay_state(self) -> dict[str, Any]:
+        """Before the reader (a shard shuffle): the seed materials of the epoch."""
+        return {"seeding": self.seeding.state()}
+
     def resume_state(self) -> dict[str, Any]:
+        """After the reader: the seed materials, the draws made, and the places of the
+        samples in the buffer (which the reader yields again first when restored)."""
         state: dict[str, Any] = {"seeding": self.seeding.state()}
         if self.untracked is not None:
             raise ResumeError(
@@ -142,19 +150,12 @@ class BufferShuffler(StageDataPipe[T]):
         self.seeding.load_state(state["seeding"])
         self._resume = state if "buffer" in state else None
 
-    def resume_link(self) -> None:
-        """Ask the reader to yield the buffered samples again, first (after all stages have
-        taken their state back)."""
-        if self._resume is None:
-            return
-        grouper = sample_source_of(self)
-        if not isinstance(grouper, SampleReader):
-            raise ResumeError(
-                "BufferShuffler (buffer_shuffle): the state holds samples, but no reader is "
-                "upstream"
-            )
-        pairs = array("q", self._resume["buffer"])
-        grouper.read_again(list(zip(pairs[::2], pairs[1::2], strict=True)))
+    def begin_replay(self) -> None:
+        self.seeding.mark()
+
+    def prime_epoch(self, state: Any) -> None:
+        if isinstance(state, dict) and "seeding" in state:
+            self.seeding.prime(state["seeding"])
 
 
 _END: object = object()

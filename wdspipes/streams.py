@@ -167,6 +167,7 @@ class StreamLoader(SampleReader):
         resume, replay = self._begin()
         start, first = (resume[1], resume[2]) if isinstance(resume, tuple) else (0, 0)
         source = self.source_datapipe
+        places = self.places
         shards = yield from self._replay_first(iter(source), replay)
         counted = isinstance(source, ShardOpener)
         for number, (url, stream) in enumerate(shards, start=1):
@@ -177,7 +178,7 @@ class StreamLoader(SampleReader):
                 items = type(self).items(url, stream, start)
                 for index, (offset, end, item) in enumerate(items, start=first):
                     sample = _sample(item, url, local_path, index, offset, self.kind)
-                    self.last_ref = (cursor.number, offset)
+                    places.last = (cursor.number, offset)
                     self.next_offset, self.next_index = end, index + 1
                     yield sample
                 stream.close()  # a pipe: command's failure is raised here

@@ -619,6 +619,11 @@ class TarLoader(StageDataPipe[TarMember]):
         for member in self.iter_members():
             yield TarMember._make(member)
 
+    def replay_state(self) -> None:
+        """Nothing: the reader after it, ``group_samples``, keeps the place of each sample and
+        starts it there (see :meth:`iter_members`). Bare members cannot resume."""
+        return None
+
     def iter_members(
         self, cursor: ShardCursor | None = None, start: int = 0
     ) -> Iterator[tuple[str, bytes, int, str]]:

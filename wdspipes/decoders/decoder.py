@@ -163,6 +163,8 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
     [torch.Size([3, 16, 16]), torch.Size([3, 16, 16]), torch.Size([3, 16, 16])]
     """
 
+    one_to_one = True
+
     def __init__(
         self,
         source_datapipe: IterDataPipe[Sample],
@@ -200,6 +202,11 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
             except DecodeError as exn:
                 if not handle(self.handler, exn):
                     return
+
+    def resume_state(self) -> dict[str, Any]:
+        """The seed material of the epoch: a sample's draws depend on it and on the sample
+        alone, so going on mid-epoch needs nothing more."""
+        return self.replay_state()
 
     def _material(self, chain: Sequence[FieldHandler]) -> tuple[object, ...] | None:
         """The epoch's seed material, where a handler takes a generator: the Seeding's, and

@@ -34,7 +34,6 @@ from wdspipes.io.http import open_ais, open_http
 from wdspipes.io.local import open_file, open_stdin, url_scheme
 from wdspipes.io.pipe import open_pipe
 from wdspipes.io.stores import STORE_EXTRAS, fsspec_protocols, open_fsspec
-from wdspipes.resume import mark_shard_stages
 
 __all__ = [
     "SCHEMES",
@@ -252,12 +251,10 @@ class ShardOpener(StageDataPipe[ShardStream]):
         self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_size)
         self.storage_options = storage_options
         # Resume bookkeeping (see wdspipes.resume): shards taken this epoch and a checksum
-        # of their URLs, the seeds given to torch shuffles before this stage, what a restored
-        # state asks of the next iteration, and the URLs of shards to read again.
+        # of their URLs, what a restored state asks of the next iteration, and the URLs of
+        # shards to read again.
         self.taken = 0
         self.digest = 0
-        self.shuffle_seeds: dict[str, int] = {}
-        self._seeds: dict[str, int] | None = None
         self._saved: tuple[int, int] | None = None
         self._target: tuple[int | None, set[int]] | None = None
         self.replay_urls: dict[int, str] = {}
@@ -267,10 +264,8 @@ class ShardOpener(StageDataPipe[ShardStream]):
         received = 0
         if self.cache is not None:
             self.cache.make_directory()
-        seeds, self._seeds = self._seeds, None
         target, self._target = self._target, None
         saved, self._saved = self._saved, None
-        self.shuffle_seeds = mark_shard_stages(self, seeds)
         self.taken = self.digest = 0
         self.replay_urls = {}
         for url in self.source_datapipe:
@@ -300,21 +295,24 @@ class ShardOpener(StageDataPipe[ShardStream]):
         if expected is None and not received:
             warn_idle_reader(self)
 
-    def resume_state(self) -> dict[str, Any]:
-        return {"taken": self.taken, "digest": self.digest, "shuffle_seeds": self.shuffle_seeds}
+    def replay_state(self) -> dict[str, Any]:
+        """The number of shards taken this epoch and a checksum of their URLs: restored, the
+        opener reads the shard list again from its start, skips to the shard the reader after
+        it asks for (:meth:`resume_at`), and checks that it skipped the same shards."""
+        return {"taken": self.taken, "digest": self.digest}
 
     def resume_from(self, state: dict[str, Any]) -> None:
-        self._seeds = dict(state["shuffle_seeds"])
         self._saved = (state["taken"], state["digest"])
 
     def resume_at(self, number: int | None, wanted: set[int]) -> None:
         """Next iteration, skip the shards before number ``number`` (all of them if None),
-        noting the URLs of the numbers in ``wanted`` in :attr:`replay_urls`."""
+        noting the URLs of the numbers in ``wanted`` in :attr:`replay_urls`: the link a
+        restored reader makes with the opener it reads."""
         self._target = (number, wanted)
 
     def set_seed(self, seed: int) -> None:
         """A loader begins an epoch: a state loaded before is dropped (see wdspipes.resume)."""
-        self._seeds = self._saved = self._target = None
+        self._saved = self._target = None
 
     def open_again(self, url: str) -> ByteStream:
         """Open a shard read before, to read some of its samples again."""

@@ -1,0 +1,136 @@
+"""The torchdata mends (wdspipes/compat.py): applied only to the torchdata versions they were
+checked against, and a dataset that is not a wdspipes pipeline behaves under StatefulDataLoader
+and DataLoader2 exactly as it does without wdspipes imported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from stage_examples import samples, write_shards
+from torch.utils.data.datapipes.datapipe import _IterDataPipeSerializationWrapper
+from torch.utils.data.datapipes.iter import IterableWrapper
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from wdspipes import compat
+
+
+def test_a_wdspipes_pipeline_gets_its_state_methods_in_a_stateful_dataloader(
+    tmp_path: Path,
+) -> None:
+    pipe = samples(write_shards(tmp_path))
+    loader = StatefulDataLoader(pipe, batch_size=None)
+    assert type(loader.dataset) is compat.StatefulPipeline
+    items = iter(loader)
+    next(items)
+    assert loader.dataset.state_dict() == pipe.state_dict()
+
+
+def test_other_datasets_keep_torchdatas_wrapper_as_it_is() -> None:
+    assert not hasattr(_IterDataPipeSerializationWrapper, "state_dict")  # no class patched
+    loader = StatefulDataLoader(IterableWrapper(range(3)), batch_size=None)
+    assert type(loader.dataset) is _IterDataPipeSerializationWrapper
+    assert not hasattr(loader.dataset, "state_dict")
+    plain = [1, 2, 3]
+    assert StatefulDataLoader(plain, batch_size=None).dataset is plain
+
+
+def test_the_stateful_dataloader_mend_skips_unchecked_versions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert compat.mend_stateful_dataloader()  # this torchdata is a checked one: in place
+    before = (StatefulDataLoader.__init__, StatefulDataLoader.load_state_dict)
+    monkeypatch.setattr(compat, "_mended", False)
+    monkeypatch.setattr(sys.modules["torchdata"], "__version__", "0.10.0")
+    assert not compat.mend_stateful_dataloader()
+    assert (StatefulDataLoader.__init__, StatefulDataLoader.load_state_dict) == before
+
+
+@pytest.mark.slow
+def test_the_dataloader2_mend_skips_unchecked_versions() -> None:
+    script = "\n".join(
+        [
+            "import warnings; warnings.simplefilter('ignore')",
+            "import torchdata; torchdata.__version__ = '0.10.0'",
+            "import torchdata.dataloader2",
+            "import wdspipes",
+            "from torchdata.dataloader2.communication.iter import _IterateQueueDataPipes as Q",
+            "assert not getattr(Q, '_wdspipes_fixed', False)",
+            "assert not wdspipes.fix_dataloader2()",
+        ]
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
+
+
+FOREIGN = """
+import json, sys, warnings
+warnings.simplefilter("ignore")
+import torch
+import torchdata.dataloader2 as dl2  # first: importing wdspipes then mends DataLoader2
+if sys.argv[1] == "with":
+    import wdspipes
+from torch.utils.data.datapipes.iter import IterableWrapper
+from torchdata.dataloader2.communication.iter import _IterateQueueDataPipes
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+
+def double(x):
+    return 2 * x
+
+
+def pipe():
+    return IterableWrapper(range(24)).shuffle().sharding_filter().map(double)
+
+
+def loader(workers):
+    generator = torch.Generator().manual_seed(0)
+    return StatefulDataLoader(pipe(), num_workers=workers, batch_size=None, generator=generator)
+
+
+out = {"mended": getattr(_IterateQueueDataPipes, "_wdspipes_fixed", False)}
+for workers in (0, 2):
+    first = loader(workers)
+    items = iter(first)
+    head = [next(items) for _ in range(7)]
+    state = first.state_dict()
+    again = loader(workers)
+    again.load_state_dict(state)
+    out[f"stateful, {workers} workers"] = {
+        "dataset": type(first.dataset).__name__,
+        "has state_dict": hasattr(first.dataset, "state_dict"),
+        "head": head,
+        "state": repr(state),
+        "rest": list(again),
+    }
+torch.manual_seed(0)
+reading = dl2.MultiProcessingReadingService(num_workers=2)
+two = dl2.DataLoader2(pipe(), reading_service=reading)
+two.seed(0)
+out["DataLoader2, 2 workers"] = [list(two), list(two)]
+two.shutdown()
+print(json.dumps(out))
+"""
+
+
+def run_foreign(variant: str) -> dict[str, Any]:
+    result = subprocess.run(
+        [sys.executable, "-c", FOREIGN, variant],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    return json.loads(result.stdout.splitlines()[-1])  # type: ignore[no-any-return]
+
+
+@pytest.mark.slow
+@pytest.mark.loaders
+def test_a_dataset_not_of_wdspipes_behaves_as_without_wdspipes() -> None:
+    without, with_wdspipes = run_foreign("without"), run_foreign("with")
+    assert (without.pop("mended"), with_wdspipes.pop("mended")) == (False, True)
+    assert with_wdspipes == without
+    assert without["stateful, 0 workers"]["head"]  # it did run

@@ -1,0 +1,414 @@
+"""One save, pickle and restore test over every registered stage, as torchdata's nodes are each
+run through one shared test: for each stage's example (tests/stage_examples.py), the state taken
+at cut points across two epochs, pickled and loaded into a pipeline built afresh, gives the rest
+of an uninterrupted run; a stage that cannot resume refuses with a ResumeError naming it. A new
+stage is covered by adding its example; it is expected to resume exactly unless it is listed
+here as refusing.
+
+Also: the safe default (a stage that has not declared how it resumes is refused), torch's own
+stages through their adapter table, and the shape of the state code (no import cycle; the
+walker knows no concrete stage)."""
+
+from __future__ import annotations
+
+import ast
+import pickle
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from stage_examples import EXAMPLES, comparable, registered_stages, samples, write_shards
+from torch.utils.data import IterDataPipe
+from torch.utils.data.datapipes.iter import IterableWrapper
+from torch.utils.data.graph import traverse_dps
+from torch.utils.data.graph_settings import apply_random_seed, apply_sharding
+
+import wdspipes as wds
+from wdspipes.datapipe import StageDataPipe
+from wdspipes.errors import ResumeError
+from wdspipes.resumable import stage_name
+from wdspipes.resume import chain_of
+from wdspipes.torch_stages import TORCH_STAGES
+
+PACKAGE = Path(wds.__file__).parent
+
+REFUSED = {"list_shards", "resample_shards", "open_shards", "load_tar"}
+"""Examples whose stage cannot resume at any cut: shard URLs, opened shards and bare tar members
+have no reader that keeps their place."""
+
+RESUMED_BETWEEN = {"unbatched": 4}
+"""Examples whose stage resumes only between groups of this many items, and refuses inside."""
+
+
+@pytest.fixture(scope="module")
+def urls(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    return write_shards(tmp_path_factory.mktemp("state"))
+
+
+def seeded(pipe: IterDataPipe[Any], seed: int) -> IterDataPipe[Any]:
+    """``pipe`` seeded as a loader seeds it as an epoch begins."""
+    apply_random_seed(pipe, torch.Generator().manual_seed(seed))
+    return pipe
+
+
+SEED, OTHER_SEED = 1, 3
+"""The loader's seed of the runs, and of the loader that restores a state (whose seed the
+state overrides). A shuffle of four shards with them gives two orders."""
+
+
+def uninterrupted(
+    build: Callable[[], IterDataPipe[Any]], epochs: int, seed: int = SEED
+) -> list[list[Any]]:
+    pipe = seeded(build(), seed)
+    return [[comparable(item) for item in pipe] for _ in range(epochs)]
+
+
+Cut = tuple[int, bool]
+"""Where a state is taken: after so many items, and whether the epoch's end was seen then."""
+
+
+def cut_points(epoch: int, epochs: int) -> list[Cut]:
+    """Before the first item, early, in the middle, around the end of an epoch (its last item
+    taken, then its end seen), and in the next epoch."""
+    cuts = {0, 1, 2, epoch // 2, epoch - 1, epoch}
+    if epochs > 1:
+        cuts |= {epoch + 1, epoch + epoch // 2}
+    points = [(cut, False) for cut in sorted(cuts) if 0 <= cut < epoch * epochs]
+    return [*points, (epoch, True)]
+
+
+def head_and_state(
+    build: Callable[[], IterDataPipe[Any]], cut: Cut
+) -> tuple[list[list[Any]], int, dict[str, Any]]:
+    """The items before ``cut`` by epoch (the last one begun), how many epochs were begun,
+    and the pipeline's state then."""
+    count, ended = cut
+    pipe = seeded(build(), SEED)
+    epochs: list[list[Any]] = []
+    items: Iterator[Any] = iter(())
+    while sum(map(len, epochs)) < count:
+        item = next(items, _END)
+        if item is _END:
+            items = iter(pipe)  # the next epoch
+            epochs.append([])
+        else:
+            epochs[-1].append(comparable(item))
+    if ended:
+        assert next(items, _END) is _END, "the cut is at the end of an epoch"
+    return epochs, len(epochs), pipe.state_dict()
+
+
+_END = object()
+
+
+def resumed(
+    build: Callable[[], IterDataPipe[Any]], cut: Cut, epochs: int
+) -> tuple[list[list[Any]], dict[str, Any]]:
+    """Stop at ``cut``, pickle the state as a checkpoint keeps it, load it into a
+    pipeline built afresh (which a loader seeded otherwise), and go on to the end of
+    ``epochs`` epochs."""
+    head, begun, state = head_and_state(build, cut)
+    state = pickle.loads(pickle.dumps(state))
+    pipe = seeded(build(), OTHER_SEED)
+    pipe.load_state_dict(state)
+    rest = [[comparable(item) for item in pipe] for _ in range(epochs - max(begun, 1) + 1)]
+    if begun:
+        head[-1] += rest.pop(0)
+    return head + rest, state
+
+
+def assert_resumes_exactly(
+    build: Callable[[], IterDataPipe[Any]],
+    epochs: int = 2,
+    refused: Callable[[int], str | None] = lambda count: None,
+) -> None:
+    """At every cut point, the resumed run is the uninterrupted one; where ``refused(cut)``
+    names a stage, taking the state raises a ResumeError naming it instead."""
+    expected = uninterrupted(build, epochs)
+    assert expected[0], "an example must produce items"
+    if epochs > 1:
+        assert [len(epoch) for epoch in expected] == [len(expected[0])] * epochs
+    for cut in cut_points(len(expected[0]), epochs):
+        named = refused(cut[0])
+        if named is not None:
+            with pytest.raises(ResumeError, match=re.escape(named)):
+                head_and_state(build, cut)
+            continue
+        got, state = resumed(build, cut, epochs)
+        where = f"after {cut[0]} items" + (", the end of the epoch seen" if cut[1] else "")
+        assert got == expected, f"cut {where}"
+        assert state["stages"], "the state names each stage's part"
+
+
+def refusal(name: str) -> Callable[[int], str | None]:
+    label = stage_name(registered_stages()[name])
+    if name in REFUSED:
+        return lambda cut: label
+    if name in RESUMED_BETWEEN:
+        return lambda cut: label if cut % RESUMED_BETWEEN[name] else None
+    return lambda cut: None
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_stage_resumes_exactly_or_refuses_by_name(name: str, urls: list[str]) -> None:
+    assert_resumes_exactly(lambda: EXAMPLES[name](urls), refused=refusal(name))
+
+
+ONE_TO_ONE = sorted(name for name, cls in registered_stages().items() if cls.one_to_one)
+
+
+@pytest.mark.parametrize("name", ONE_TO_ONE)
+def test_a_one_to_one_stage_keeps_a_shuffle_buffer_after_it_exact(
+    name: str, urls: list[str]
+) -> None:
+    """A stage that declares one_to_one lets a buffer after it save where its samples live:
+    a false declaration would resume the wrong samples here."""
+    assert_resumes_exactly(lambda: EXAMPLES[name](urls).buffer_shuffle(4, initial=3))
+
+
+def test_the_lists_of_refusing_stages_name_registered_stages() -> None:
+    assert REFUSED | set(RESUMED_BETWEEN) <= set(EXAMPLES)
+
+
+def torch_chain(sink: IterDataPipe[Any]) -> list[Any]:
+    """The chain of stages as torch's graph walk finds it (by pickling the stages)."""
+    chain = []
+    graph = traverse_dps(sink)
+    while graph:
+        ((pipe, graph),) = graph.values()
+        chain.append(pipe)
+    return chain[::-1]
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_the_walker_reaches_the_stages_torch_finds(name: str, urls: list[str]) -> None:
+    """Each stage names what it reads (``upstream()``): the same DataPipes that torch's graph
+    walk, which the loaders use, finds in its attributes."""
+    pipe = EXAMPLES[name](urls)
+    assert chain_of(pipe) == torch_chain(pipe)
+
+
+# --- the safe default ---------------------------------------------------------------------
+
+
+class Twice(StageDataPipe[Any]):
+    """Yields every item twice, and declares nothing about resuming: the state refuses it."""
+
+    def __init__(self, source_datapipe: IterDataPipe[Any]) -> None:
+        super().__init__()
+        self.source_datapipe = source_datapipe
+
+    def __iter__(self) -> Iterator[Any]:
+        for item in self.source_datapipe:
+            yield item
+            yield item
+
+
+class Keyed(StageDataPipe[Any]):
+    """Each sample to its key: one item out per item in, declared."""
+
+    one_to_one = True
+
+    def __init__(self, source_datapipe: IterDataPipe[Any]) -> None:
+        super().__init__()
+        self.source_datapipe = source_datapipe
+
+    def __iter__(self) -> Iterator[Any]:
+        for sample in self.source_datapipe:
+            yield sample["__key__"]
+
+
+def test_an_undeclared_stage_before_a_buffer_is_refused_by_name(urls: list[str]) -> None:
+    """Before, the default (each item one item in, nothing to save) took this stage at its
+    word: the restored buffer read its samples again as if one came out per sample, and the
+    run resumed to the wrong items without an error."""
+    pipe = Twice(samples(urls)).buffer_shuffle(5, initial=5, seed=1)
+    assert len(list(pipe)) == 2 * 12
+    items = iter(pipe)
+    for _ in range(7):
+        next(items)
+    with pytest.raises(ResumeError, match=r"^Twice has not declared how it resumes"):
+        pipe.state_dict()
+
+
+def test_an_undeclared_stage_at_the_end_is_refused_by_name(urls: list[str]) -> None:
+    pipe = Twice(samples(urls))
+    items = iter(pipe)
+    next(items)
+    with pytest.raises(ResumeError, match=r"^Twice has not declared how it resumes"):
+        pipe.state_dict()
+
+
+def test_an_undeclared_stage_before_the_reader_is_refused_by_name(urls: list[str]) -> None:
+    pipe = Twice(wds.ShardList(urls)).open_shards().load_tar().group_samples()
+    with pytest.raises(ResumeError, match=r"^Twice comes before the reader"):
+        pipe.state_dict()
+
+
+def test_a_declared_one_to_one_stage_resumes(urls: list[str]) -> None:
+    assert_resumes_exactly(lambda: Keyed(samples(urls)).buffer_shuffle(5, initial=3))
+
+
+def test_a_stage_that_counts_is_refused_before_the_reader(urls: list[str]) -> None:
+    """A stage that goes on from a count cannot be run again from the start of the epoch."""
+    pipe = wds.ShardList(urls).islice(0, 3).open_shards().load_tar().group_samples()
+    with pytest.raises(ResumeError, match=re.escape("ItemSlicer (islice) comes before")):
+        pipe.state_dict()
+
+
+# --- torch's own stages -------------------------------------------------------------------
+
+
+def key_of(sample: dict[str, Any]) -> Any:
+    return sample["__key__"]
+
+
+def even_shard(sample: dict[str, Any]) -> bool:
+    return sample["__key__"][0] in "02"
+
+
+def reader(shards: IterDataPipe[str]) -> IterDataPipe[Any]:
+    return shards.open_shards().load_tar().group_samples()
+
+
+def split_samples(urls: list[str]) -> IterDataPipe[Any]:
+    """Samples split between two readers, then shuffled: a restored buffer's samples would be
+    split again, by their new positions."""
+    split = samples(urls).sharding_filter()
+    apply_sharding(split, 2, 0)
+    return split.buffer_shuffle(4, initial=3)
+
+
+def refused_once_begun(named: str) -> Callable[[int], str | None]:
+    """Refused once items have come out (a buffer found what is before it as its epoch began);
+    before that, there is nothing to restore."""
+    return lambda count: named if count else None
+
+
+def resumes(count: int) -> str | None:
+    return None
+
+
+# An example pipeline of each of torch's stages that wdspipes restores, and the name its
+# refusal gives at a cut after so many items (None: it resumes). One epoch each: torch's
+# shuffle draws each epoch's seed from torch.
+TORCH_EXAMPLES: dict[
+    str, tuple[Callable[[list[str]], IterDataPipe[Any]], Callable[[int], str | None]]
+] = {
+    "IterableWrapper": (lambda urls: reader(IterableWrapper(urls)), resumes),
+    "map": (lambda urls: samples(urls).map(key_of).buffer_shuffle(4, initial=3), resumes),
+    "filter": (
+        lambda urls: samples(urls).filter(even_shard).buffer_shuffle(4, initial=3),
+        resumes,
+    ),
+    "sharding_filter": (lambda urls: reader(wds.ShardList(urls).sharding_filter()), resumes),
+    "sharding_filter after the reader": (
+        split_samples,
+        refused_once_begun("ShardingFilterIterDataPipe (sharding_filter) between it and"),
+    ),
+    "shuffle before the reader": (
+        lambda urls: reader(wds.ShardList(urls).shuffle().sharding_filter()),
+        resumes,
+    ),
+    "shuffle after the reader": (
+        lambda urls: samples(urls).shuffle().to_tuple("__key__"),
+        lambda count: "ShufflerIterDataPipe (shuffle) cannot save the samples in its buffer",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TORCH_EXAMPLES))
+def test_torch_stage_resumes_exactly_or_refuses_by_name(name: str, urls: list[str]) -> None:
+    build, refused = TORCH_EXAMPLES[name]
+    assert_resumes_exactly(lambda: build(urls), epochs=1, refused=refused)
+    if name == "shuffle before the reader":  # the state, not the loader's seed, decides
+        assert uninterrupted(lambda: build(urls), 1, OTHER_SEED) != uninterrupted(
+            lambda: build(urls), 1
+        )
+    pipe = build(urls)
+    assert chain_of(pipe) == torch_chain(pipe)
+
+
+def test_every_torch_stage_of_the_table_has_an_example(urls: list[str]) -> None:
+    pipes = [pipe for build, _ in TORCH_EXAMPLES.values() for pipe in torch_chain(build(urls))]
+    stages = {type(pipe) for pipe in pipes}
+    missing = [cls.__name__ for cls in TORCH_STAGES if not any(issubclass(s, cls) for s in stages)]
+    assert not missing, f"add an example to TORCH_EXAMPLES for {missing}"
+
+
+def test_another_torch_stage_is_refused_by_name(urls: list[str]) -> None:
+    pipe = samples(urls).batch(2).buffer_shuffle(3)
+    with pytest.raises(ResumeError, match=re.escape("BatcherIterDataPipe (batch) cannot save")):
+        pipe.state_dict()
+
+
+# --- the shape of the state code -----------------------------------------------------------
+
+
+def imports_of(path: Path) -> set[str]:
+    """The wdspipes modules a module imports, at its top or inside functions (not those for
+    type checkers only)."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If)
+        and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        for inner in ast.walk(node)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("wdspipes"):
+            modules = [f"{node.module}.{alias.name}" for alias in node.names]
+            found |= {m for m in modules if module_path(m) is not None} or {node.module}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("wdspipes")}
+    return found
+
+
+def module_path(module: str) -> Path | None:
+    base = PACKAGE.parent.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def package_modules() -> dict[str, Path]:
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+    return modules
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    """Function-level imports count: a module is ready only when all it imports is."""
+    modules = package_modules()
+    graph = {name: {m for m in imports_of(path) if m in modules} for name, path in modules.items()}
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in path:
+            raise AssertionError(f"import cycle: {' -> '.join([*path[path.index(name) :], name])}")
+        if name not in done:
+            for imported in sorted(graph[name]):
+                visit(imported, [*path, name])
+            done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
+
+
+def test_the_state_walker_and_protocol_import_no_stage() -> None:
+    """The walker assembles the state by calling stage methods: it imports no stage module."""
+    allowed = {"wdspipes.errors", "wdspipes.resumable", "wdspipes.torch_stages"}
+    for module in ("resume", "resumable", "torch_stages"):
+        imported = imports_of(PACKAGE / f"{module}.py")
+        assert imported <= allowed, f"wdspipes.{module} imports {sorted(imported - allowed)}"
