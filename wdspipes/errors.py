@@ -29,6 +29,7 @@ __all__ = [
     "EncodeError",
     "Handler",
     "MissingFieldError",
+    "NoEndMarkerWarning",
     "ResumeError",
     "SampleError",
     "ShardError",
@@ -117,7 +118,8 @@ class TarFormatError(ShardError):
 
 
 class TruncatedShardError(TarFormatError):
-    """A shard ends early: in a header, in a member, or with no end-of-archive marker."""
+    """A shard ends early: in a header or in a member (or, with ``strict_end=True``, with no
+    end-of-archive marker after its last member)."""
 
 
 class DataAfterEndError(TarFormatError):
@@ -168,6 +170,12 @@ def sample_location(sample: object) -> dict[str, Any]:
 
 class DataWarning(UserWarning):
     """Category of the warnings issued by ``warn_and_continue`` and ``warn_and_stop``."""
+
+
+class NoEndMarkerWarning(DataWarning):
+    """A tar shard ends right after a member, without the end-of-archive marker (a writer that
+    was never closed, or a cut that fell at a member's end): its members were all read. Once
+    per shard, naming it; ``strict_end=True`` makes it a :class:`TruncatedShardError`."""
 
 
 def reraise_exception(exn: Exception) -> bool:
