@@ -27,11 +27,11 @@ from torch.utils.data.graph import traverse_dps
 from torch.utils.data.graph_settings import apply_random_seed, apply_sharding
 
 import wdspipes as wds
-from wdspipes.datapipe import StageDataPipe
+from wdspipes.core.datapipe import StageDataPipe
+from wdspipes.core.resumable import stage_name
+from wdspipes.core.resume import chain_of
+from wdspipes.core.torch_stages import TORCH_STAGES
 from wdspipes.errors import ResumeError
-from wdspipes.resumable import stage_name
-from wdspipes.resume import chain_of
-from wdspipes.torch_stages import TORCH_STAGES
 
 PACKAGE = Path(wds.__file__).parent
 
@@ -408,7 +408,7 @@ def test_the_package_has_no_import_cycle() -> None:
 
 def test_the_state_walker_and_protocol_import_no_stage() -> None:
     """The walker assembles the state by calling stage methods: it imports no stage module."""
-    allowed = {"wdspipes.errors", "wdspipes.resumable", "wdspipes.torch_stages"}
+    allowed = {"wdspipes.errors", "wdspipes.core.resumable", "wdspipes.core.torch_stages"}
     for module in ("resume", "resumable", "torch_stages"):
-        imported = imports_of(PACKAGE / f"{module}.py")
-        assert imported <= allowed, f"wdspipes.{module} imports {sorted(imported - allowed)}"
+        imported = imports_of(PACKAGE / "core" / f"{module}.py")
+        assert imported <= allowed, f"wdspipes.core.{module} imports {sorted(imported - allowed)}"
