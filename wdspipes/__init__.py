@@ -57,14 +57,7 @@ from wdspipes.read.shards import (
     split_by_node,
     split_by_worker,
 )
-from wdspipes.read.streams import (
-    CborLoader,
-    CborWriter,
-    MsgpackLoader,
-    MsgpackWriter,
-    cbors_to_samples,
-    msgpack_to_samples,
-)
+from wdspipes.read.streams import CborLoader, MsgpackLoader, cbors_to_samples, msgpack_to_samples
 from wdspipes.read.tar import TarLoader, TarMember, iter_tar, tar_file_expander
 from wdspipes.samples.batch import Batcher, Unbatcher, batched, collate, unbatched
 from wdspipes.samples.decoders import (
@@ -102,6 +95,7 @@ from wdspipes.samples.fields import (
 )
 from wdspipes.samples.shuffle import BufferShuffler, shuffle
 from wdspipes.write import SampleEncoder, ShardWriter, TarWriter, encode_value
+from wdspipes.write.streams import CborWriter, MsgpackWriter
 
 __version__ = "0.1.0.dev0"
 
