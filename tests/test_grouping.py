@@ -10,8 +10,8 @@ from shardgen import make_tar
 from torch.utils.data.datapipes.iter import IterableWrapper
 
 import wdspipes as wds
+from wdspipes.core.names import is_meta, split_name
 from wdspipes.io import ShardStream
-from wdspipes.read.grouping import is_meta, split_name
 
 # FORMAT.md section 3, verbatim.
 KEY_AND_FIELD = [

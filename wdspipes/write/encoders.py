@@ -53,8 +53,8 @@ import cbor2
 import msgpack
 import numpy as np
 
+from wdspipes.core.names import is_meta, split_name
 from wdspipes.errors import EncodeError
-from wdspipes.read.grouping import is_meta, split_name
 from wdspipes.samples.decoders.tenbin import encode_buffer
 
 __all__ = ["SampleEncoder", "check_fields", "check_key", "encode_value"]
