@@ -533,7 +533,7 @@ def timed_jpeg_pipeline(urls: list[str]) -> dict[str, float]:
     """One pass of the single-process wdspipes JPEG pipeline with a clock after each stage and
     around the image handler: seconds per part, and the whole pass ("total")."""
     import wdspipes as wds
-    from wdspipes.decoders import ImageDecoder
+    from wdspipes.samples.decoders import ImageDecoder
 
     read, decoded, tupled, batched = StageClock(), StageClock(), StageClock(), StageClock()
     image = HandlerClock(ImageDecoder("rgb8"))

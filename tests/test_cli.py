@@ -26,10 +26,10 @@ from wdspipes.cli import main
 from wdspipes.cli.cat import slice_items
 from wdspipes.cli.common import parse_size
 from wdspipes.cli.show import PAD
-from wdspipes.grouping import SampleGrouper
 from wdspipes.io import ShardOpener
-from wdspipes.shards import ShardList
-from wdspipes.tar import TarLoader
+from wdspipes.read.grouping import SampleGrouper
+from wdspipes.read.shards import ShardList
+from wdspipes.read.tar import TarLoader
 
 WDSPIPES = Path(sys.executable).parent / "wdspipes"
 pytestmark = pytest.mark.slow  # nearly every test runs the wdspipes command in a new process

@@ -1,4 +1,4 @@
-"""The torchdata mends (wdspipes/compat.py): applied only to the torchdata versions they were
+"""The torchdata mends (wdspipes/core/compat.py): applied only to the torchdata versions they were
 checked against, and a dataset that is not a wdspipes pipeline behaves under StatefulDataLoader
 and DataLoader2 exactly as it does without wdspipes imported."""
 
@@ -16,7 +16,7 @@ from torch.utils.data.datapipes.datapipe import _IterDataPipeSerializationWrappe
 from torch.utils.data.datapipes.iter import IterableWrapper
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from wdspipes import compat
+from wdspipes.core import compat
 
 
 def test_a_wdspipes_pipeline_gets_its_state_methods_in_a_stateful_dataloader(

@@ -25,8 +25,8 @@ from shardgen import BLOCK, make_tar, sample_members
 
 import wdspipes as wds
 from wdspipes.cli import cli
-from wdspipes.reshard import reshard
-from wdspipes.tar import iter_tar
+from wdspipes.read.tar import iter_tar
+from wdspipes.tools.reshard import reshard
 
 KEYS = ["00", "01", "02"]
 GOOD = make_tar(sample_members(KEYS))  # members 00.cls 00.txt 01.cls 01.txt 02.cls 02.txt

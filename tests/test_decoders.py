@@ -40,7 +40,7 @@ from PIL import Image
 from torch.utils.data.datapipes.iter import IterableWrapper
 
 import wdspipes as wds
-from wdspipes.decoders import IMAGE_SPECS, image_extensions, tenbin
+from wdspipes.samples.decoders import IMAGE_SPECS, image_extensions, tenbin
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

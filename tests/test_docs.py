@@ -21,8 +21,8 @@ import pytest
 from torch.utils.data import IterDataPipe
 
 import wdspipes as wds
-from wdspipes.curried import is_stage_factory
-from wdspipes.datapipe import registered_stage
+from wdspipes.core.curried import is_stage_factory
+from wdspipes.core.datapipe import registered_stage
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -139,10 +139,10 @@ def test_docstring_examples_are_fenced_for_the_api_reference() -> None:
     )
     fenced = "```python\n>>> kept\n```"
     assert fences.fence_examples(fenced) == fenced
-    assert fences.link_roles("see :func:`~wdspipes.shards.expand_urls`", "wdspipes.x") == (
-        'see <autoref identifier="wdspipes.shards.expand_urls" optional>'
+    assert fences.link_roles("see :func:`~wdspipes.read.shards.expand_urls`", "wdspipes.x") == (
+        'see <autoref identifier="wdspipes.read.shards.expand_urls" optional>'
         "<code>expand_urls</code></autoref>"
     )
-    assert 'identifier="wdspipes.batch.collate"' in fences.link_roles(
-        ":func:`collate`", "wdspipes.batch"
+    assert 'identifier="wdspipes.samples.batch.collate"' in fences.link_roles(
+        ":func:`collate`", "wdspipes.samples.batch"
     )

@@ -10,7 +10,7 @@ from shardgen import make_tar
 from torch.utils.data.datapipes.iter import IterableWrapper
 
 import wdspipes as wds
-from wdspipes.grouping import is_meta, split_name
+from wdspipes.core.names import is_meta, split_name
 from wdspipes.io import ShardStream
 
 # FORMAT.md section 3, verbatim.

@@ -1,4 +1,5 @@
-"""Batches handed from worker processes through reused shared-memory slots (wdspipes/handover.py).
+"""Batches handed from worker processes through reused shared-memory slots
+(wdspipes/samples/handover.py).
 
 The promise under test: every batch arrives whole and keeps its contents for as long as the
 training process holds any tensor, view or array over it, however many batches the workers
@@ -21,8 +22,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 import wdspipes as wds
-from wdspipes import handover
-from wdspipes.batch import collate
+from wdspipes.samples import handover
+from wdspipes.samples.batch import collate
 
 ROWS = 16
 SIDE = 160  # 16 x 160 x 160 x 3 bytes: a 1.2 MB batch column, over handover.MIN_BYTES

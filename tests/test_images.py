@@ -1,4 +1,4 @@
-"""Image decoding through libjpeg-turbo, and at reduced size (``wdspipes.decoders.images``,
+"""Image decoding through libjpeg-turbo, and at reduced size (``wdspipes.samples.decoders.images``,
 ``jpeg`` and ``geometry``).
 
 Fast path: for JPEGs from several encoders and settings (Pillow with every subsampling,
@@ -40,7 +40,7 @@ from torch.utils.data.graph_settings import apply_sharding
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 import wdspipes as wds
-from wdspipes.decoders import jpeg
+from wdspipes.samples.decoders import jpeg
 
 FAST_SPECS = [spec for spec, (library, _, _) in SPECS.items() if library != "pil"]
 

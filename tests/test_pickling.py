@@ -1,5 +1,5 @@
 """Stages take lambdas and closures wherever torch's own ``.map(lambda)`` does
-(``wdspipes/pickling.py``): no pickling without worker processes, dill where pickling is
+(``wdspipes/core/pickling.py``): no pickling without worker processes, dill where pickling is
 needed and dill is installed, else an error naming the stage, the function and the fix.
 
 dill is not installed in the test environment (requirements/dev.txt): where a test needs it,
@@ -24,7 +24,7 @@ from torch.utils.data.graph import traverse_dps
 from torch.utils.data.graph_settings import get_all_graph_pipes
 
 import wdspipes as wds
-from wdspipes import pickling
+from wdspipes.core import pickling
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message=r"(?s).*deprecated", category=UserWarning)

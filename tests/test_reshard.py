@@ -19,9 +19,9 @@ from click.testing import CliRunner
 from shardgen import kill_when_ready, make_tar, write_shards
 
 import wdspipes as wds
-import wdspipes.reshard as reshard_module
+import wdspipes.tools.reshard as reshard_module
 from wdspipes.cli.reshard import reshard as reshard_command
-from wdspipes.reshard import BucketShuffle, reshard
+from wdspipes.tools.reshard import BucketShuffle, reshard
 
 NSHARDS, PER_SHARD = 8, 50
 Item = tuple[str, tuple[tuple[str, bytes], ...]]
@@ -276,8 +276,8 @@ def test_an_output_name_taken_by_a_directory_fails_before_any_rename(
 
 KILLED_RESHARD = """
 import sys, time
-import wdspipes.reshard as reshard_module
-from wdspipes.writers import ShardWriter
+import wdspipes.tools.reshard as reshard_module
+from wdspipes.write import ShardWriter
 
 class Stalling(ShardWriter):
     def write(self, sample):

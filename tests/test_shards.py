@@ -13,7 +13,7 @@ from torch.utils.data.datapipes.iter import IterableWrapper
 from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
 import wdspipes as wds
-from wdspipes.shards import expand_urls
+from wdspipes.read.shards import ShardSpec, expand_urls
 
 
 @pytest.mark.parametrize(
@@ -30,12 +30,12 @@ from wdspipes.shards import expand_urls
         ([Path("/data/a.tar"), "b.tar"], ["/data/a.tar", "b.tar"]),
     ],
 )
-def test_expand_urls(spec: wds.shards.ShardSpec, urls: list[str]) -> None:
+def test_expand_urls(spec: ShardSpec, urls: list[str]) -> None:
     assert expand_urls(spec) == urls
 
 
 @pytest.mark.parametrize("spec", ["", [], "a.tar::", "::a.tar"])
-def test_empty_specs_are_errors(spec: wds.shards.ShardSpec) -> None:
+def test_empty_specs_are_errors(spec: ShardSpec) -> None:
     with pytest.raises(ValueError, match="shard spec"):
         expand_urls(spec)
 

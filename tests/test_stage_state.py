@@ -11,15 +11,14 @@ walker knows no concrete stage)."""
 
 from __future__ import annotations
 
-import ast
 import pickle
 import re
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from package_graph import PACKAGE, imports_of, package_modules
 from stage_examples import EXAMPLES, comparable, registered_stages, samples, write_shards
 from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes.iter import IterableWrapper
@@ -27,13 +26,11 @@ from torch.utils.data.graph import traverse_dps
 from torch.utils.data.graph_settings import apply_random_seed, apply_sharding
 
 import wdspipes as wds
-from wdspipes.datapipe import StageDataPipe
+from wdspipes.core.datapipe import StageDataPipe
+from wdspipes.core.resumable import stage_name
+from wdspipes.core.resume import chain_of
+from wdspipes.core.torch_stages import TORCH_STAGES
 from wdspipes.errors import ResumeError
-from wdspipes.resumable import stage_name
-from wdspipes.resume import chain_of
-from wdspipes.torch_stages import TORCH_STAGES
-
-PACKAGE = Path(wds.__file__).parent
 
 REFUSED = {"list_shards", "resample_shards", "open_shards", "load_tar"}
 """Examples whose stage cannot resume at any cut: shard URLs, opened shards and bare tar members
@@ -348,46 +345,6 @@ def test_another_torch_stage_is_refused_by_name(urls: list[str]) -> None:
 # --- the shape of the state code -----------------------------------------------------------
 
 
-def imports_of(path: Path) -> set[str]:
-    """The wdspipes modules a module imports, at its top or inside functions (not those for
-    type checkers only)."""
-    tree = ast.parse(path.read_text())
-    typing_only = {
-        id(inner)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If)
-        and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
-        for inner in ast.walk(node)
-    }
-    found = set()
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("wdspipes"):
-            modules = [f"{node.module}.{alias.name}" for alias in node.names]
-            found |= {m for m in modules if module_path(m) is not None} or {node.module}
-        elif isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names if alias.name.startswith("wdspipes")}
-    return found
-
-
-def module_path(module: str) -> Path | None:
-    base = PACKAGE.parent.joinpath(*module.split("."))
-    for path in (base.with_suffix(".py"), base / "__init__.py"):
-        if path.is_file():
-            return path
-    return None
-
-
-def package_modules() -> dict[str, Path]:
-    modules = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        modules[name] = path
-    return modules
-
-
 def test_the_package_has_no_import_cycle() -> None:
     """Function-level imports count: a module is ready only when all it imports is."""
     modules = package_modules()
@@ -408,7 +365,7 @@ def test_the_package_has_no_import_cycle() -> None:
 
 def test_the_state_walker_and_protocol_import_no_stage() -> None:
     """The walker assembles the state by calling stage methods: it imports no stage module."""
-    allowed = {"wdspipes.errors", "wdspipes.resumable", "wdspipes.torch_stages"}
+    allowed = {"wdspipes.errors", "wdspipes.core.resumable", "wdspipes.core.torch_stages"}
     for module in ("resume", "resumable", "torch_stages"):
-        imported = imports_of(PACKAGE / f"{module}.py")
-        assert imported <= allowed, f"wdspipes.{module} imports {sorted(imported - allowed)}"
+        imported = imports_of(PACKAGE / "core" / f"{module}.py")
+        assert imported <= allowed, f"wdspipes.core.{module} imports {sorted(imported - allowed)}"

@@ -35,11 +35,11 @@ import zstandard
 from PIL import Image
 
 import wdspipes as wds
-from wdspipes.decoders import ImageDecoder
 from wdspipes.errors import EncodeError, TruncatedShardError
-from wdspipes.tar import iter_tar
-from wdspipes.writers import SampleEncoder, ShardWriter, TarWriter, encode_value
-from wdspipes.writers.tar import RECORD, member_blocks
+from wdspipes.read.tar import iter_tar
+from wdspipes.samples.decoders import ImageDecoder
+from wdspipes.write import SampleEncoder, ShardWriter, TarWriter, encode_value
+from wdspipes.write.tar import RECORD, member_blocks
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -787,7 +787,7 @@ def test_exception_leaves_only_complete_shards(tmp_path: Path, failure: str) -> 
 
 KILLED_WRITER = """
 import sys, time
-from wdspipes.writers import ShardWriter
+from wdspipes.write import ShardWriter
 
 writer = ShardWriter(sys.argv[1], maxcount=10)
 for index in range(25):  # shards 0 and 1 finished, shard 2 half written

@@ -5,7 +5,7 @@ silences exactly that warning and nothing else. The stages themselves need only 
 
 DataLoader2 also fails when workers run out of items at different times, and waits by polling;
 :func:`fix_dataloader2` mends both (it lives with the other torchdata mends in
-:mod:`wdspipes.compat`, and is applied by :func:`dataloader2`, when wdspipes is imported after
+:mod:`wdspipes.core.compat`, and is applied by :func:`dataloader2`, when wdspipes is imported after
 DataLoader2, and whenever a wdspipes graph is pickled).
 """
 
@@ -15,7 +15,7 @@ import importlib
 import warnings
 from types import ModuleType
 
-from wdspipes.compat import fix_dataloader2
+from wdspipes.core.compat import fix_dataloader2
 
 __all__ = ["dataloader2", "fix_dataloader2"]
 

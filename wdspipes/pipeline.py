@@ -13,15 +13,15 @@ from typing import Any, cast
 from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
-from wdspipes.curried import Stage, is_stage_factory, stage_factory
-from wdspipes.datapipe import StageDataPipe
+from wdspipes.core.curried import Stage, is_stage_factory, stage_factory
+from wdspipes.core.datapipe import StageDataPipe
 from wdspipes.errors import Handler, ResumeError, reraise_exception
-from wdspipes.grouping import SampleGrouper
 from wdspipes.io import ShardOpener
 from wdspipes.io.cache import DEFAULT_CACHE_SIZE, CacheDir, StorageOptions, opener_options
-from wdspipes.shards import ShardList, ShardResampler, ShardSpec, ShardSplit
-from wdspipes.shuffle import BufferShuffler
-from wdspipes.tar import TarLoader
+from wdspipes.read.grouping import SampleGrouper
+from wdspipes.read.shards import ShardList, ShardResampler, ShardSpec, ShardSplit
+from wdspipes.read.tar import TarLoader
+from wdspipes.samples.shuffle import BufferShuffler
 
 __all__ = ["DataPipeline", "IteratorStage", "WebDataset", "tarfile_to_samples"]
 
@@ -64,7 +64,7 @@ def DataPipeline(*stages: Any) -> IterDataPipe[Any]:
     """Chain stages into a DataPipe graph, webdataset style.
 
     The first stage is the source: an IterDataPipe, or a shard spec (a string or a list of
-    URLs, read through :class:`~wdspipes.shards.ShardList`). Each later stage is one of:
+    URLs, read through :class:`~wdspipes.read.shards.ShardList`). Each later stage is one of:
 
     - a curried stage such as ``tarfile_to_samples()`` or ``shuffle(100)`` (a factory passed
       uncalled means "with its defaults");
@@ -166,7 +166,7 @@ def tarfile_to_samples(
     ``cache_dir``, ``cache_size`` and ``storage_options`` go to the opener (see
     :class:`~wdspipes.io.ShardOpener`): with a ``cache_dir``, remote shards are cached there
     and samples carry ``__local_path__``. ``ignore_zeros`` and ``strict_end`` go to the tar
-    loader (see :class:`~wdspipes.tar.TarLoader`): read on past zero blocks, as in archives
+    loader (see :class:`~wdspipes.read.tar.TarLoader`): read on past zero blocks, as in archives
     joined with ``cat``; refuse a shard without its end-of-archive marker.
 
     >>> tarfile_to_samples()
@@ -201,7 +201,7 @@ def WebDataset(
     every sample is read exactly once per epoch (resampled: each drawn shard once).
 
     Args:
-        urls: a shard spec (see :func:`~wdspipes.shards.expand_urls`).
+        urls: a shard spec (see :func:`~wdspipes.read.shards.expand_urls`).
         shardshuffle: shuffle the shard order each epoch: True for a full shuffle, an int for
             a shuffle buffer of that many shards, False (or 0) for none.
         resampled: draw shards with replacement instead, ``nshards`` per epoch (without end

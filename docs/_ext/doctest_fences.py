@@ -5,7 +5,7 @@ Sphinx-style readers, made into Markdown before mkdocstrings renders them.
   Markdown reads such a line as a quotation nested three deep, so each run of example lines
   goes into a fenced ``pycon`` block, without its ``# doctest:`` directives, which only matter
   to the test runner.
-- Cross-references written as roles (``:func:`~wdspipes.shards.expand_urls` ``) become
+- Cross-references written as roles (``:func:`~wdspipes.read.shards.expand_urls` ``) become
   optional autorefs: a link where the target is rendered on some page, plain code otherwise,
   never a warning. A name without a dot is looked up in the object's own module.
 

@@ -31,8 +31,8 @@ from wdspipes.cli.common import (
     shard_writer,
     summarize,
 )
-from wdspipes.datapipe import Sample
-from wdspipes.shuffle import BufferShuffler
+from wdspipes.core.datapipe import Sample
+from wdspipes.samples.shuffle import BufferShuffler
 
 __all__ = ["cat", "parse_slice", "slice_items"]
 

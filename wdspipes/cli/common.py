@@ -24,13 +24,13 @@ from typing import Any, TypeVar
 import click
 from tqdm import tqdm
 
-from wdspipes.datapipe import Sample
-from wdspipes.grouping import SampleGrouper
+from wdspipes.core.datapipe import Sample
 from wdspipes.io.opener import ShardOpener
-from wdspipes.progress import progress
-from wdspipes.shards import ShardList, expand_urls
-from wdspipes.tar import TarLoader
-from wdspipes.writers import TarWriter
+from wdspipes.read.grouping import SampleGrouper
+from wdspipes.read.shards import ShardList, expand_urls
+from wdspipes.read.tar import TarLoader
+from wdspipes.tools.progress import progress
+from wdspipes.write import TarWriter
 
 __all__ = [
     "COMPRESSIONS",
@@ -143,7 +143,7 @@ def read_samples(
 ) -> Generator[Sample, None, None]:
     """The samples of the shards at ``urls``, in order, as the read pipeline groups them
     (``__key__``, ``__url__`` and raw ``bytes`` fields), counted by a progress bar.
-    ``ignore_zeros`` reads on past zero blocks (see :class:`~wdspipes.tar.TarLoader`).
+    ``ignore_zeros`` reads on past zero blocks (see :class:`~wdspipes.read.tar.TarLoader`).
 
     Raises:
         WdsError: a shard cannot be opened or read, or a sample has a duplicate field.

@@ -34,7 +34,7 @@ from wdspipes.cli.common import (
     summarize,
     warn,
 )
-from wdspipes.grouping import is_meta, split_name
+from wdspipes.core.names import is_meta, split_name
 
 __all__ = ["create", "read_recipe", "tree_members"]
 

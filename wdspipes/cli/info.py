@@ -30,10 +30,10 @@ from wdspipes.cli.common import (
     progress,
     summarize,
 )
+from wdspipes.core.names import is_meta, split_name
 from wdspipes.errors import DataAfterEndError, NoEndMarkerWarning, WdsError
-from wdspipes.grouping import is_meta, split_name
 from wdspipes.io.opener import ByteStream, close_quietly, open_url, shard_failure
-from wdspipes.tar import detect_compression, iter_tar
+from wdspipes.read.tar import detect_compression, iter_tar
 
 __all__ = ["FieldStats", "Problem", "ShardReport", "info", "read_shard"]
 

@@ -1,6 +1,6 @@
 """``wdspipes reshard``: rewrite shards into new ones, in order or uniformly shuffled.
 
-The work is :func:`wdspipes.reshard.reshard`; this module parses the arguments, shows the
+The work is :func:`wdspipes.tools.reshard.reshard`; this module parses the arguments, shows the
 progress bars and prints the summary, or the error of a failed run, which wrote nothing.
 """
 
@@ -18,8 +18,8 @@ from wdspipes.cli.common import (
     summarize,
 )
 from wdspipes.errors import WdsError
-from wdspipes.reshard import ReshardReport
-from wdspipes.reshard import reshard as reshard_shards
+from wdspipes.tools.reshard import ReshardReport
+from wdspipes.tools.reshard import reshard as reshard_shards
 
 __all__ = ["reshard"]
 

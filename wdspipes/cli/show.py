@@ -22,7 +22,7 @@ from wdspipes.cli.common import (
     read_samples,
     summarize,
 )
-from wdspipes.datapipe import Sample
+from wdspipes.core.datapipe import Sample
 from wdspipes.errors import DecodeError
 
 __all__ = ["IMAGE_EXTENSIONS", "PAD", "Tile", "contact_sheet", "first_image", "show"]

@@ -33,7 +33,7 @@ from wdspipes.demo.training import (
     train_epoch,
     training_pipe,
 )
-from wdspipes.progress import progress
+from wdspipes.tools.progress import progress
 
 __all__ = ["SHEET_IMAGES", "DemoOptions", "DemoResult", "run_demo"]
 
@@ -252,7 +252,7 @@ def _count(number: int, noun: str) -> str:
 
 
 def _bar(total: int, desc: str) -> Any:
-    """A bar counting samples (see :func:`wdspipes.progress.progress`)."""
+    """A bar counting samples (see :func:`wdspipes.tools.progress.progress`)."""
     return progress(total=total, unit=" samples", desc=desc)
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
-from wdspipes.writers import SampleEncoder, ShardWriter
+from wdspipes.write import SampleEncoder, ShardWriter
 
 __all__ = [
     "CLASSES",

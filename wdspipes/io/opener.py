@@ -10,9 +10,9 @@ from typing import Any, NamedTuple, Protocol
 
 from torch.utils.data import IterDataPipe
 
-from wdspipes.curried import Stage, stage_factory
-from wdspipes.datapipe import StageDataPipe, functional_stage
-from wdspipes.distributed import check_split, warn_idle_reader
+from wdspipes.core.curried import Stage, stage_factory
+from wdspipes.core.datapipe import StageDataPipe, functional_stage
+from wdspipes.core.distributed import check_split, warn_idle_reader
 from wdspipes.errors import (
     Handler,
     ResumeError,
@@ -234,7 +234,7 @@ class ShardOpener(StageDataPipe[ShardStream]):
         ShardSplitError: some rank gets no shard.
         OSError: the cache directory cannot be made.
 
-    >>> from wdspipes.shards import ShardList
+    >>> from wdspipes.read.shards import ShardList
     >>> [(url, stream.read()) for url, stream in ShardList(["pipe:printf hello"]).open_shards()]
     [('pipe:printf hello', b'hello')]
     """

@@ -1,0 +1,51 @@
+"""The import graph of the package, read from its source: which wdspipes modules each module
+imports, at its top or inside functions (imports for type checkers only left out)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import wdspipes
+
+PACKAGE = Path(wdspipes.__file__).parent
+
+
+def imports_of(path: Path) -> set[str]:
+    """The wdspipes modules a module imports, at its top or inside functions (not those for
+    type checkers only)."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If)
+        and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        for inner in ast.walk(node)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("wdspipes"):
+            modules = [f"{node.module}.{alias.name}" for alias in node.names]
+            found |= {m for m in modules if module_path(m) is not None} or {node.module}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("wdspipes")}
+    return found
+
+
+def module_path(module: str) -> Path | None:
+    base = PACKAGE.parent.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def package_modules() -> dict[str, Path]:
+    modules = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+    return modules

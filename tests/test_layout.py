@@ -1,0 +1,39 @@
+"""The folders of the package are the way data moves (docs/guide/layout.md): each imports only
+from those before it, so that a folder can be read knowing only those."""
+
+from __future__ import annotations
+
+from package_graph import imports_of, package_modules
+
+MAY_IMPORT = {
+    "errors": set(),
+    "core": {"errors"},
+    "io": {"core", "errors"},
+    "read": {"io", "core", "errors"},
+    "samples": {"core", "errors"},
+    "write": {"samples", "core", "errors"},
+    "loaders": {"core"},
+    "pipeline": {"read", "io", "samples", "core", "errors"},
+    "tools": {"pipeline", "write", "read", "io", "samples", "core", "errors"},
+}
+"""What each folder (or module at the top) may import besides itself; ``cli``, ``demo`` and
+the package's ``__init__`` may import anything."""
+
+
+def part(module: str) -> str:
+    """The folder or top-level module of ``wdspipes.<part>...``."""
+    return module.split(".")[1] if "." in module else module
+
+
+def test_each_folder_imports_only_the_folders_before_it() -> None:
+    modules = package_modules()
+    assert {part(name) for name in modules} >= set(MAY_IMPORT)
+    wrong = []
+    for name, path in sorted(modules.items()):
+        allowed = MAY_IMPORT.get(part(name))
+        if allowed is None:
+            continue
+        for imported in sorted(imports_of(path)):
+            if part(imported) not in allowed | {part(name)}:
+                wrong.append(f"{name} imports {imported}")
+    assert not wrong, "\n".join(wrong)

@@ -1,0 +1,52 @@
+"""Curried stages: the DataPipeline vocabulary (``tarfile_to_samples()``, ``shuffle(1000)``, ...).
+
+A :class:`Stage` holds a stage function and its arguments; called with an upstream DataPipe it
+builds the stage on it. A factory decorated with :func:`stage_factory` returns a Stage, and may
+be passed to ``DataPipeline`` uncalled, which means "with its defaults".
+
+>>> from wdspipes.read.shards import ShardList, ShardResampler
+>>> draw_three = Stage(ShardResampler, nshards=3, seed=0)
+>>> draw_three
+ShardResampler(nshards=3, seed=0)
+>>> len(list(draw_three(ShardList("s-{0..9}.tar"))))
+3
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ParamSpec
+
+from torch.utils.data import IterDataPipe
+
+__all__ = ["Stage", "is_stage_factory", "stage_factory"]
+
+P = ParamSpec("P")
+
+
+class Stage:
+    """A stage waiting for its upstream: ``Stage(fn, *args, **kwargs)(source)`` is
+    ``fn(source, *args, **kwargs)``. Picklable when ``fn`` and the arguments are."""
+
+    def __init__(self, fn: Callable[..., IterDataPipe[Any]], *args: Any, **kwargs: Any) -> None:
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+
+    def __call__(self, source: IterDataPipe[Any]) -> IterDataPipe[Any]:
+        return self.fn(source, *self.args, **self.kwargs)
+
+    def __repr__(self) -> str:
+        params = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        return f"{getattr(self.fn, '__name__', self.fn)}({', '.join(params)})"
+
+
+def stage_factory(factory: Callable[P, Stage]) -> Callable[P, Stage]:
+    """Mark ``factory`` as returning a :class:`Stage`, so DataPipeline may call it for the user."""
+    factory._wds_stage_factory = True  # type: ignore[attr-defined]
+    return factory
+
+
+def is_stage_factory(obj: object) -> bool:
+    """Whether ``obj`` is a factory marked by :func:`stage_factory`."""
+    return getattr(obj, "_wds_stage_factory", False) is True

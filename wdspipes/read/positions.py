@@ -1,0 +1,194 @@
+"""Where samples live: how the readers (``group_samples``, ``load_cbor``, ``load_msgpack``)
+keep their place in a shard and read samples again, for mid-epoch resume (see
+:mod:`wdspipes.core.resume`).
+
+A sample's place is its shard's number among the shards this reader opened in the epoch
+(counted from 1, as ``open_shards`` counts them) and the byte offset where it starts. A reader
+saves the place of the next sample; a shuffle buffer saves the places of the samples it holds,
+and on restore asks the reader to read those again before it goes on.
+
+A reader is the stage a pipeline resumes around (its
+:attr:`~wdspipes.core.resumable.Resumable.replays_source`). It links with the stages it works with
+as each of its epochs begins: it tells the stages before its ``open_shards`` that an epoch
+begins (:func:`wdspipes.core.resume.begin_replay`), asks that opener to skip to the shard it goes on
+from (:meth:`~wdspipes.io.ShardOpener.resume_at`), and keeps a
+:class:`~wdspipes.core.resumable.SamplePlaces` up to date for a shuffle buffer after it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Generator, Iterator
+from typing import Any, TypeVar
+
+from wdspipes.core.datapipe import Sample, StageDataPipe
+from wdspipes.core.resumable import Place, SamplePlaces
+from wdspipes.core.resume import begin_replay
+from wdspipes.errors import ResumeError
+from wdspipes.io.opener import ByteStream, ShardOpener, close_quietly
+
+__all__ = ["END", "START", "SampleReader", "ShardCursor"]
+
+T = TypeVar("T")
+_NONE: Any = object()
+
+START, END = "start", "end"
+"""A reader's position before the first sample of its epoch, and after the last."""
+
+
+class ShardCursor:
+    """Which shard a reader is in: its number among the shards this reader opened in this
+    epoch (counted from 1, as ``open_shards`` counts them), and its local file if any.
+
+    When the shard fails, the loader notes the member it failed in and where, if known
+    (``failed_member``, ``failed_offset``), and the reader the key of the sample it dropped
+    because it may lack members (``dropped``). When a shard ends after a member without the
+    end-of-archive marker, the loader says so in ``unmarked_end``.
+    """
+
+    __slots__ = (
+        "dropped",
+        "failed_member",
+        "failed_offset",
+        "local_path",
+        "number",
+        "unmarked_end",
+    )
+
+    def __init__(self) -> None:
+        self.number = 0
+        self.local_path: str | None = None
+        self.failed_member: str | None = None
+        self.failed_offset: int | None = None
+        self.dropped: str | None = None
+        self.unmarked_end: str | None = None
+
+    def note_unmarked_end(self, problem: str) -> None:
+        """The shard just read ended after a member without the end-of-archive marker: the
+        reader judges its last sample (see ``group_samples``) and warns."""
+        self.unmarked_end = problem
+
+
+class SampleReader(StageDataPipe[Sample]):
+    """A stage that makes samples of opened shards and knows where each one lives: a reader.
+
+    Subclasses keep :attr:`cursor`, :attr:`next_offset` (where the next sample starts in the
+    cursor's shard) and ``places.last`` (the place of the sample yielded last, in
+    :attr:`places`) up to date, call :meth:`_begin` as an iteration starts and
+    :meth:`_replay_first` with what it returns, and implement :meth:`_opener` and
+    :meth:`_collect`.
+    """
+
+    replays_source = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cursor = ShardCursor()
+        self.next_offset: int | str = START
+        self.places = SamplePlaces()
+        self._resume: tuple[int, ...] | str = START
+
+    def _opener(self) -> ShardOpener:
+        """The ``open_shards`` stage this reader reads; ResumeError if it reads another."""
+        raise NotImplementedError
+
+    def _collect(self, stream: ByteStream, url: str, offsets: list[int]) -> dict[int, Sample]:
+        """The samples of shard ``url`` (opened as ``stream``) that start at ``offsets``
+        (sorted), by offset."""
+        raise NotImplementedError
+
+    def _find_opener(self) -> ShardOpener | None:
+        """The ``open_shards`` stage this reader reads, or None if it reads another."""
+        try:
+            return self._opener()
+        except ResumeError:
+            return None
+
+    def _begin(self) -> tuple[tuple[int, ...] | str, list[Place]]:
+        """Begin an epoch: tell the stages before the opener (they are replayed), take what a
+        restored state left to do, and tell the opener where to go. Returns the position to
+        go on from, and the places of samples to read again first (a restored shuffle
+        buffer's, through :attr:`places`)."""
+        opener = self._find_opener()
+        if opener is not None:
+            begin_replay(opener)
+        resume, replay = self._resume, self.places.again
+        self._resume, self.places.again = START, []
+        self.next_offset = START
+        if replay and resume == START:
+            raise ResumeError("a shuffle buffer holds samples, but the reader has not begun")
+        if resume == START:
+            return resume, []
+        number = resume[0] if isinstance(resume, tuple) else None
+        self._opener().resume_at(number, {shard for shard, _ in replay})
+        return resume, replay
+
+    def _replay_first(
+        self, items: Iterator[T], replay: list[Place]
+    ) -> Generator[Sample, None, Iterator[T]]:
+        """Yield the samples at ``replay`` (a restored shuffle buffer's) before reading on;
+        returns ``items`` to read on from. The first item is taken before: it makes the opener
+        go through the shards to the one to resume at, noting the URLs of those to read again."""
+        if not replay:
+            return items
+        first = next(items, _NONE)
+        yield from self._read_again(replay)
+        return iter(()) if first is _NONE else itertools.chain((first,), items)
+
+    def _read_again(self, refs: list[Place]) -> Iterator[Sample]:
+        """The samples at ``refs`` (shard number, offset), in that order: each shard they are
+        in is opened once."""
+        opener = self._opener()
+        found: dict[Place, Sample] = {}
+        by_shard: dict[int, list[int]] = {}
+        for shard, offset in refs:
+            by_shard.setdefault(shard, []).append(offset)
+        for shard, offsets in sorted(by_shard.items()):
+            url = opener.replay_urls[shard]
+            offsets.sort()
+            for offset, sample in self._samples_at(opener, url, offsets).items():
+                found[shard, offset] = sample
+        places = self.places
+        for ref in refs:
+            places.last = ref
+            yield found[ref]
+
+    def _samples_at(self, opener: ShardOpener, url: str, offsets: list[int]) -> dict[int, Sample]:
+        stream = opener.open_again(url)
+        try:
+            samples = self._collect(stream, url, offsets)
+        except Exception as exn:
+            raise ResumeError(
+                f"{url}: cannot read again the samples of a saved shuffle buffer: {exn}"
+            ) from exn
+        finally:
+            close_quietly(stream)
+        missing = sorted(set(offsets) - samples.keys())
+        if missing:
+            raise ResumeError(
+                f"{url}: no sample starts at byte {missing[0]}, where the saved state has one"
+            )
+        return samples
+
+    def set_seed(self, seed: int) -> None:
+        """A loader begins an epoch: a state loaded before is dropped (see wdspipes.core.resume)."""
+        self._resume, self.places.again = START, []
+
+    def resume_state(self) -> dict[str, Any]:
+        """The place of the next sample: ``[shard number, byte offset]``, or ``"start"`` or
+        ``"end"`` of the epoch.
+
+        Raises:
+            ResumeError: the reader does not read ``open_shards`` as it must to resume.
+        """
+        self._opener()
+        offset = self.next_offset
+        return {"next": [self.cursor.number, offset] if isinstance(offset, int) else offset}
+
+    def resume_from(self, state: dict[str, Any]) -> None:
+        position = state["next"]
+        self._resume = tuple(position) if isinstance(position, list) else position
+        self.places.again = []
+
+    def sample_places(self) -> SamplePlaces:
+        return self.places

@@ -1,0 +1,241 @@
+"""Shard lists: expand a shard spec into URLs, draw shards with replacement, split them up.
+
+A shard spec is a string or a list. A string is split on ``::`` and each part is
+brace-expanded (``{000..099}`` keeps its zero padding); a list is taken as is.
+
+>>> expand_urls("data/train-{00..02}.tar::extra.tar")
+['data/train-00.tar', 'data/train-01.tar', 'data/train-02.tar', 'extra.tar']
+>>> list(ShardList("a-{1..3}.tar"))
+['a-1.tar', 'a-2.tar', 'a-3.tar']
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import braceexpand
+from torch.utils.data import IterDataPipe
+from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
+
+from wdspipes.core.datapipe import StageDataPipe, functional_stage
+from wdspipes.core.distributed import sharding_filter_of
+from wdspipes.core.seeds import SeededStage, Seeding
+
+__all__ = [
+    "ResampledShards",
+    "ShardList",
+    "ShardLister",
+    "ShardResampler",
+    "ShardSpec",
+    "ShardSplit",
+    "SimpleShardList",
+    "expand_urls",
+    "is_split",
+    "split_by_node",
+    "split_by_worker",
+]
+
+ShardSpec = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+
+
+def expand_urls(spec: ShardSpec) -> list[str]:
+    """The URLs of a shard spec: ``::`` parts of a string brace-expanded, a list as is.
+
+    Raises:
+        TypeError: the spec, or an item of a list, is not a string or path.
+        ValueError: the spec gives no URL, or an empty one.
+    """
+    if isinstance(spec, str):
+        urls = [url for part in spec.split("::") for url in braceexpand.braceexpand(part)]
+    elif isinstance(spec, os.PathLike):
+        urls = [os.fspath(spec)]
+    elif isinstance(spec, Sequence):
+        urls = [_as_url(item, index) for index, item in enumerate(spec)]
+    else:
+        raise TypeError(
+            f"a shard spec must be a string or a list of URLs, got {type(spec).__name__}"
+        )
+    if not urls:
+        raise ValueError(f"the shard spec {spec!r} names no shards")
+    if "" in urls:
+        raise ValueError(f"the shard spec {spec!r} contains an empty URL")
+    return urls
+
+
+def _as_url(item: object, index: int) -> str:
+    if isinstance(item, str | os.PathLike):
+        return os.fspath(item)
+    raise TypeError(f"shard list item {index} must be a string or path, got {type(item).__name__}")
+
+
+class ShardList(StageDataPipe[str]):
+    """The URLs of a shard spec, in order: the source of a pipeline.
+
+    Args:
+        urls: a shard spec (see :func:`expand_urls`).
+
+    Yields:
+        Each URL, once per epoch.
+
+    >>> len(ShardList(["b.tar", "a.tar"]))
+    2
+    """
+
+    def __init__(self, urls: ShardSpec) -> None:
+        super().__init__()
+        self.urls = expand_urls(urls)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.urls
+
+    def replay_state(self) -> None:
+        """Nothing: before the reader, the list is given again from its start."""
+        return None
+
+    def __len__(self) -> int:
+        return len(self.urls)
+
+
+SimpleShardList = ShardList
+"""webdataset's name for :class:`ShardList`, for use in ``DataPipeline(...)``."""
+
+
+@functional_stage("list_shards")
+class ShardLister(StageDataPipe[str]):
+    """Expand each shard spec of the source into URLs (functional name: ``list_shards``).
+
+    Args:
+        source_datapipe: yields shard specs (strings or lists).
+
+    Yields:
+        The URLs of each spec in turn.
+
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> list(IterableWrapper(["a-{1..2}.tar", ["b.tar"]]).list_shards())
+    ['a-1.tar', 'a-2.tar', 'b.tar']
+    """
+
+    def __init__(self, source_datapipe: IterDataPipe[ShardSpec]) -> None:
+        super().__init__()
+        self.source_datapipe = source_datapipe
+
+    def __iter__(self) -> Iterator[str]:
+        for spec in self.source_datapipe:
+            yield from expand_urls(spec)
+
+    def replay_state(self) -> None:
+        """Nothing: before the reader, the specs are expanded again from the start."""
+        return None
+
+
+@functional_stage("resample_shards")
+class ShardResampler(SeededStage, StageDataPipe[str]):
+    """Draw shards with replacement from the source's URLs (functional name: ``resample_shards``).
+
+    Each epoch collects the source's URLs and draws ``nshards`` of them (without end if None).
+    With ``seed`` the draws depend only on the seed and the epoch; without it, on the seed the
+    loader gives through ``set_seed``. Put it before ``sharding_filter`` so that every worker
+    and rank draws the same stream and takes its own part of it.
+
+    Args:
+        source_datapipe: yields shard URLs.
+        nshards: how many shards to draw per epoch; None draws forever.
+        seed: fixes the draws.
+
+    Yields:
+        Shard URLs drawn uniformly at random.
+
+    Raises:
+        ValueError: the source has no URLs.
+
+    >>> draws = ShardList("s-{0..9}.tar").resample_shards(nshards=5, seed=1)
+    >>> first, second = list(draws), list(draws)
+    >>> len(first), first == second
+    (5, False)
+    """
+
+    def __init__(
+        self,
+        source_datapipe: IterDataPipe[str],
+        nshards: int | None = None,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__()
+        if nshards is not None and (not isinstance(nshards, int) or nshards < 1):
+            raise ValueError(f"nshards must be a positive int or None, got {nshards!r}")
+        self.source_datapipe = source_datapipe
+        self.nshards = nshards
+        self.seeding = Seeding(seed)
+
+    def __iter__(self) -> Iterator[str]:
+        urls = list(self.source_datapipe)
+        if not urls:
+            raise ValueError("resample_shards: the source yielded no shard URLs to draw from")
+        rng = self.seeding.next_rng(self)
+        drawn = 0
+        while self.nshards is None or drawn < self.nshards:
+            yield urls[rng.randrange(len(urls))]
+            drawn += 1
+
+    def __len__(self) -> int:
+        if self.nshards is None:
+            raise TypeError("resample_shards(nshards=None) has no length: it draws without end")
+        return self.nshards
+
+
+def ResampledShards(
+    urls: ShardSpec, nshards: int | None = None, seed: int | None = None
+) -> IterDataPipe[str]:
+    """Shards of ``urls`` drawn with replacement, split among ranks and workers:
+    ``ShardList(urls).resample_shards(nshards, seed).sharding_filter()``.
+
+    Every rank and worker draws the same stream (from ``seed``, or the loader's shared seed)
+    and reads its own part of it, so readers never repeat one another's draws, and ``nshards``
+    counts the draws of all readers together. This differs from webdataset, whose
+    ``ResampledShards`` draws apart in each worker: see docs/distributed.md. Being split
+    already, it needs no ``split_by_node``/``split_by_worker`` (a ``DataPipeline`` skips them).
+
+    >>> sorted(set(ResampledShards("s-{0..1}.tar", nshards=50, seed=0)))
+    ['s-0.tar', 's-1.tar']
+    """
+    return ShardingFilterIterDataPipe(ShardResampler(ShardList(urls), nshards=nshards, seed=seed))
+
+
+class ShardSplit:
+    """Marks where a pipeline splits its shards among ranks and workers.
+
+    In ``DataPipeline(...)``, ``split_by_node`` and ``split_by_worker`` (one or both) become a
+    single core ``sharding_filter`` at the first of them: DataLoader2 and plain DataLoader
+    then give each rank and each worker its own shards. Called on a DataPipe, a marker
+    returns ``source.sharding_filter()``. Where the source is split already (``ResampledShards``
+    ends in a sharding filter), the marker changes nothing: two filters on one branch would
+    make the loaders fail with "Sharding twice".
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, source: IterDataPipe[Any]) -> IterDataPipe[Any]:
+        if not isinstance(source, IterDataPipe):
+            raise TypeError(
+                f"{self.name} splits an IterDataPipe of shard URLs; got {type(source).__name__}"
+            )
+        if is_split(source):
+            return source
+        return ShardingFilterIterDataPipe(source)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def is_split(datapipe: IterDataPipe[Any]) -> bool:
+    """Whether ``datapipe`` is, or reads from, a core sharding filter."""
+    return isinstance(datapipe, ShardingFilterIterDataPipe) or (
+        sharding_filter_of(datapipe) is not None
+    )
+
+
+split_by_node = ShardSplit("split_by_node")
+split_by_worker = ShardSplit("split_by_worker")

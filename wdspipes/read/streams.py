@@ -1,0 +1,312 @@
+"""Stream shards: files of concatenated CBOR or msgpack items, each item one sample.
+
+A stream shard has no tar framing: item follows item to the end of the file. Each item must be
+a map (a sample dict). The loaders add ``__url__`` (the shard) and, where the item has none,
+``__key__`` (the item's number in its shard, ``"000000"``, ``"000001"``, ...), and with a shard
+cache ``__local_path__``, as tar samples get them. Values keep the
+types the encoding gives them: bytes stay bytes for ``decode`` to decode by extension, numbers
+and strings arrive decoded already (``decode(..., partial=True)`` lets them through).
+
+A truncated last item, bytes that are no item (whatever the CBOR or msgpack library raises on
+them), an item that is not a map, an item with a key that is not a string (keys name fields),
+or, in msgpack, a map anywhere in an item with an array or a map as a key (Python cannot hold
+it) is a :class:`~wdspipes.errors.StreamFormatError` naming the URL and the item's byte
+offset. Items have no framing to resynchronise on, so a handler that continues skips the rest
+of that shard and goes on with the next. A shard cut exactly between two items cannot be told
+from a shorter one: it reads without an error, which is why the writers put a file under its
+name only once it is complete (:mod:`wdspipes.write.streams`).
+
+The loaders save their place for mid-epoch resume (:mod:`wdspipes.read.positions`): the next item's
+shard, byte offset and number in its shard.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import cbor2
+import msgpack
+from torch.utils.data import IterDataPipe
+
+from wdspipes.core.curried import Stage, stage_factory
+from wdspipes.core.datapipe import Sample, functional_stage
+from wdspipes.errors import (
+    Handler,
+    ResumeError,
+    StreamFormatError,
+    handle,
+    reraise_exception,
+)
+from wdspipes.io.opener import (
+    ByteStream,
+    RawShard,
+    ShardOpener,
+    ShardStream,
+    close_quietly,
+    discard,
+    shard_failure,
+)
+from wdspipes.read.positions import END, SampleReader, ShardCursor
+
+__all__ = [
+    "CborLoader",
+    "MsgpackLoader",
+    "cbors_to_samples",
+    "msgpack_to_samples",
+]
+
+CHUNK_SIZE = 1 << 16
+
+
+class _Decoder(Protocol):
+    def __call__(
+        self, url: str, stream: ByteStream, start: int = 0
+    ) -> Iterator[tuple[int, int, Any]]: ...
+
+
+_MALFORMED = (ValueError, TypeError, OverflowError, RecursionError)
+"""What the decoders may raise on bytes they cannot decode, besides cbor2's CBORDecodeError:
+msgpack's errors (ValueError: FormatError, StackError, ExtraData), UnicodeDecodeError, a map
+key msgpack cannot hash (TypeError), and what other versions or pure-Python builds raise."""
+
+
+def _cbor_items(url: str, stream: ByteStream, start: int = 0) -> Iterator[tuple[int, int, Any]]:
+    """``(offset, end, item)`` for each CBOR item of the stream, which is at byte ``start``."""
+    counting = RawShard(stream, start=start)
+    reader = io.BufferedReader(counting, CHUNK_SIZE)
+    decoder = cbor2.CBORDecoder(reader)
+    while True:
+        offset = reader.tell()
+        if not reader.peek(1):
+            return
+        try:
+            item = decoder.decode()
+        except cbor2.CBORDecodeEOF as exn:
+            raise StreamFormatError(
+                "the stream ends inside a CBOR item (a truncated shard?)", url=url, offset=offset
+            ) from exn
+        except (cbor2.CBORDecodeError, *_MALFORMED) as exn:
+            failure = counting.failure  # the stream failed, not the bytes: cbor2 may wrap
+            if failure is not None:  # the error of a read in a CBORDecodeError
+                raise failure from failure.__cause__
+            raise StreamFormatError(
+                f"not a CBOR item ({_describe(exn)})", url=url, offset=offset
+            ) from exn
+        yield offset, reader.tell(), item
+
+
+def _msgpack_items(url: str, stream: ByteStream, start: int = 0) -> Iterator[tuple[int, int, Any]]:
+    """``(offset, end, item)`` for each msgpack item of the stream, which is at byte
+    ``start``."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=0)
+    received = offset = start  # ``offset``: where the next item begins (tell() counts partial)
+    while chunk := stream.read(CHUNK_SIZE):
+        unpacker.feed(chunk)
+        received += len(chunk)
+        while True:
+            try:
+                item = unpacker.unpack()
+            except msgpack.OutOfData:
+                break
+            except TypeError as exn:  # {[1]: 2}: a list or dict cannot be a dict key
+                raise StreamFormatError(
+                    f"a msgpack map has a key that is an array or a map ({_describe(exn)})",
+                    url=url,
+                    offset=offset,
+                ) from exn
+            except _MALFORMED as exn:
+                raise StreamFormatError(
+                    f"not a msgpack item ({_describe(exn)})", url=url, offset=offset
+                ) from exn
+            end = start + unpacker.tell()
+            yield offset, end, item
+            offset = end
+    if offset != received:
+        raise StreamFormatError(
+            "the stream ends inside a msgpack item (a truncated shard?)", url=url, offset=offset
+        )
+
+
+def _skip_to(stream: ByteStream, url: str, start: int) -> None:
+    """Go to byte ``start`` of a shard: by seeking a local file, else by reading up to it."""
+    if getattr(stream, "seekable", lambda: False)():
+        stream.seek(start)  # type: ignore[attr-defined]
+    elif not discard(stream.read, start):
+        raise StreamFormatError(f"the stream ends before byte {start}", url=url, offset=start)
+
+
+def _describe(exn: Exception) -> str:
+    return f"{type(exn).__name__}: {exn}" if str(exn) else type(exn).__name__
+
+
+class StreamLoader(SampleReader):
+    """Samples from opened stream shards, one per item; see the module docstring. The base of
+    ``load_cbor`` and ``load_msgpack``."""
+
+    kind = ""
+    items: _Decoder
+
+    def __init__(
+        self, source_datapipe: IterDataPipe[ShardStream], handler: Handler = reraise_exception
+    ) -> None:
+        super().__init__()  # the resume bookkeeping: see wdspipes.read.positions
+        self.source_datapipe = source_datapipe
+        self.handler = handler
+        self.next_index = 0  # the next item's number in its shard (its default __key__)
+
+    def __iter__(self) -> Iterator[Sample]:
+        cursor = self.cursor = ShardCursor()
+        resume, replay = self._begin()
+        start, first = (resume[1], resume[2]) if isinstance(resume, tuple) else (0, 0)
+        source = self.source_datapipe
+        places = self.places
+        shards = yield from self._replay_first(iter(source), replay)
+        counted = isinstance(source, ShardOpener)
+        for number, (url, stream) in enumerate(shards, start=1):
+            cursor.number = source.taken if counted else number
+            cursor.local_path = local_path = getattr(stream, "local_path", None)
+            try:
+                _skip_to(stream, url, start)
+                items = type(self).items(url, stream, start)
+                for index, (offset, end, item) in enumerate(items, start=first):
+                    sample = _sample(item, url, local_path, index, offset, self.kind)
+                    places.last = (cursor.number, offset)
+                    self.next_offset, self.next_index = end, index + 1
+                    yield sample
+                stream.close()  # a pipe: command's failure is raised here
+            except Exception as exn:
+                if not handle(self.handler, shard_failure(exn, url, stream)):
+                    self.next_offset = END
+                    return
+            finally:
+                close_quietly(stream)
+            start = first = 0
+        self.next_offset = END
+
+    def _opener(self) -> ShardOpener:
+        if not isinstance(self.source_datapipe, ShardOpener):
+            raise ResumeError(
+                f"{type(self).__name__} can resume only when it reads open_shards directly"
+            )
+        return self.source_datapipe
+
+    def _collect(self, stream: ByteStream, url: str, offsets: list[int]) -> dict[int, Sample]:
+        # Read from the start: an item without a __key__ is keyed by its number in the shard.
+        local_path = getattr(stream, "local_path", None)
+        wanted, samples = set(offsets), {}
+        for index, (offset, _end, item) in enumerate(type(self).items(url, stream)):
+            if offset in wanted:
+                samples[offset] = _sample(item, url, local_path, index, offset, self.kind)
+                if len(samples) == len(wanted):
+                    break
+        return samples
+
+    def resume_state(self) -> dict[str, Any]:
+        state = super().resume_state()
+        if isinstance(state["next"], list):
+            state["next"].append(self.next_index)
+        return state
+
+
+def _sample(
+    item: Any, url: str, local_path: str | None, index: int, offset: int, kind: str
+) -> Sample:
+    if not isinstance(item, dict):
+        raise StreamFormatError(
+            f"a {kind} item must be a map (a sample), got {type(item).__name__}",
+            url=url,
+            offset=offset,
+        )
+    for name in item:
+        if not isinstance(name, str):
+            raise StreamFormatError(
+                f"a {kind} item's keys must be strings (field names), not {type(name).__name__}",
+                url=url,
+                offset=offset,
+            )
+    key = item.setdefault("__key__", f"{index:06d}")
+    if not isinstance(key, str):
+        raise StreamFormatError(
+            f"a {kind} item's __key__ must be a string, not {type(key).__name__}",
+            url=url,
+            offset=offset,
+        )
+    item["__url__"] = url
+    if local_path is not None:
+        item["__local_path__"] = local_path
+    return item
+
+
+@functional_stage("load_cbor")
+class CborLoader(StreamLoader):
+    """Samples from shards of concatenated CBOR items (functional name: ``load_cbor``).
+
+    Args:
+        source_datapipe: yields opened shards (``open_shards``).
+        handler: what to do with a damaged shard: continuing skips the rest of it.
+
+    Yields:
+        One sample dict per item, with ``__url__`` (and ``__key__`` if it had none).
+
+    Raises:
+        StreamFormatError: through ``handler``, naming the URL and byte offset.
+
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> data = cbor2.dumps({"__key__": "a", "cls": 0}) + cbor2.dumps({"cls": 1})
+    >>> shards = IterableWrapper([ShardStream("mem.cbor", io.BytesIO(data))], deepcopy=False)
+    >>> list(shards.load_cbor())  # doctest: +NORMALIZE_WHITESPACE
+    [{'__key__': 'a', 'cls': 0, '__url__': 'mem.cbor'},
+     {'cls': 1, '__key__': '000001', '__url__': 'mem.cbor'}]
+    """
+
+    kind = "CBOR"
+    items = staticmethod(_cbor_items)
+
+
+@functional_stage("load_msgpack")
+class MsgpackLoader(StreamLoader):
+    """Samples from shards of concatenated msgpack items (functional name: ``load_msgpack``).
+
+    Args:
+        source_datapipe: yields opened shards (``open_shards``).
+        handler: what to do with a damaged shard: continuing skips the rest of it.
+
+    Yields:
+        One sample dict per item, with ``__url__`` (and ``__key__`` if it had none).
+
+    Raises:
+        StreamFormatError: through ``handler``, naming the URL and byte offset.
+
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> data = msgpack.packb({"__key__": "a", "cls": 0}) + b"\\xc1"  # 0xc1 is never used
+    >>> shards = IterableWrapper([ShardStream("mem.mp", io.BytesIO(data))], deepcopy=False)
+    >>> list(shards.load_msgpack())
+    Traceback (most recent call last):
+    ...
+    wdspipes.errors.StreamFormatError: mem.mp, at byte 16: not a msgpack item (FormatError)...
+    """
+
+    kind = "msgpack"
+    items = staticmethod(_msgpack_items)
+
+
+def _cbors_to_samples(source: IterDataPipe[str], handler: Handler) -> CborLoader:
+    return CborLoader(ShardOpener(source, handler=handler), handler=handler)
+
+
+def _msgpack_to_samples(source: IterDataPipe[str], handler: Handler) -> MsgpackLoader:
+    return MsgpackLoader(ShardOpener(source, handler=handler), handler=handler)
+
+
+@stage_factory
+def cbors_to_samples(handler: Handler = reraise_exception) -> Stage:
+    """Shard URLs to samples from CBOR streams: ``open_shards().load_cbor()``, one handler."""
+    return Stage(_cbors_to_samples, handler=handler)
+
+
+@stage_factory
+def msgpack_to_samples(handler: Handler = reraise_exception) -> Stage:
+    """Shard URLs to samples from msgpack streams: ``open_shards().load_msgpack()``."""
+    return Stage(_msgpack_to_samples, handler=handler)

@@ -1,0 +1,246 @@
+"""Batching: groups of samples collated column by column, and back.
+
+:func:`collate` turns a list of samples into one batch: dict samples into a dict of columns,
+tuples into a tuple of columns. In each column, tensors are stacked, numpy arrays stacked into a
+tensor, numbers (bool, int, float) become a tensor (bool, int64, float64, as torch's
+``default_collate``), and anything else (strings, None, nested values) a list.
+
+>>> import numpy as np
+>>> first = {"__key__": "a", "x": np.zeros(2), "y": 1}
+>>> batch = collate([first, {"__key__": "b", "x": np.ones(2), "y": 0}])
+>>> batch["__key__"], batch["x"].shape, batch["y"]
+(['a', 'b'], torch.Size([2, 2]), tensor([1, 0]))
+>>> list(unbatch(batch))[1]["__key__"]
+'b'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterDataPipe
+
+from wdspipes.core.curried import Stage, stage_factory
+from wdspipes.core.datapipe import StageDataPipe, functional_stage
+from wdspipes.errors import CollationError, ResumeError, sample_location
+from wdspipes.samples.handover import batch_array
+
+__all__ = ["Batcher", "Unbatcher", "batched", "collate", "unbatch", "unbatched"]
+
+Collate = Callable[[list[Any]], Any]
+
+
+def collate(samples: Sequence[Any]) -> Any:
+    """One batch from ``samples``, column by column (see the module).
+
+    Raises:
+        CollationError: samples with different fields, or a column of tensors or arrays with
+            unequal shapes, naming the field.
+    """
+    first = samples[0]
+    if isinstance(first, dict):
+        fields = list(first)
+        for sample in samples[1:]:
+            if sample.keys() != first.keys():
+                raise CollationError(
+                    f"samples have different fields: {sorted(first)} and {sorted(sample)}",
+                    **sample_location(sample),
+                )
+        return {field: _column(field, [sample[field] for sample in samples]) for field in fields}
+    if isinstance(first, list | tuple):
+        lengths = {len(sample) for sample in samples}
+        if len(lengths) > 1:
+            raise CollationError(f"tuple samples of different lengths {sorted(lengths)}")
+        return tuple(
+            _column(str(i), list(column)) for i, column in enumerate(zip(*samples, strict=True))
+        )
+    return _column("sample", list(samples))
+
+
+def _column(field: str, values: list[Any]) -> Any:
+    first = values[0]
+    if isinstance(first, torch.Tensor):
+        _check_shapes(field, values, torch.Tensor)
+        out = _tensor_batch(first, len(values))
+        return torch.stack(values) if out is None else torch.stack(values, out=out)
+    if isinstance(first, np.ndarray | np.generic):
+        _check_shapes(field, values, np.ndarray | np.generic)
+        array = batch_array((len(values), *first.shape), first.dtype)
+        stacked = np.stack(values) if array is None else np.stack(values, out=array)
+        if stacked.dtype.kind not in _TENSOR_KINDS:  # strings, objects: no tensor holds them
+            return values
+        return torch.from_numpy(stacked)
+    kinds = {type(value) for value in values}
+    for number_kinds, dtype in _NUMBERS:
+        if kinds <= number_kinds:
+            try:
+                return torch.tensor(values, dtype=dtype)
+            except (OverflowError, RuntimeError, ValueError) as exn:
+                raise CollationError(f"cannot batch field {field!r}: {exn}", field=field) from exn
+    return values
+
+
+def _tensor_batch(first: torch.Tensor, rows: int) -> torch.Tensor | None:
+    """An empty tensor for stacking ``rows`` tensors like ``first`` in a worker's shared slot
+    (see :mod:`wdspipes.samples.handover`), or None to stack as torch does."""
+    if first.device.type != "cpu" or first.layout != torch.strided or first.requires_grad:
+        return None
+    array = batch_array((rows * first.nbytes,), np.dtype(np.uint8))
+    if array is None:
+        return None
+    return torch.from_numpy(array).view(first.dtype).view(rows, *first.shape)
+
+
+_TENSOR_KINDS = frozenset("biufc")  # numpy dtype kinds torch tensors hold
+
+
+# Python numbers in a column -> tensor dtype, as torch's default_collate does.
+_NUMBERS = (
+    (frozenset([bool]), torch.bool),
+    (frozenset([int]), torch.int64),
+    (frozenset([int, float]), torch.float64),
+)
+
+
+def _check_shapes(field: str, values: list[Any], kind: Any) -> None:
+    if not all(isinstance(v, kind) for v in values):
+        types = sorted({type(v).__name__ for v in values})
+        raise CollationError(f"cannot batch field {field!r}: mixed types {types}", field=field)
+    shapes = sorted({tuple(v.shape) for v in values})
+    if len(shapes) > 1:
+        raise CollationError(f"cannot stack field {field!r}: unequal shapes {shapes}", field=field)
+
+
+def unbatch(batch: Any) -> Iterator[Any]:
+    """The samples of a batch: a dict of columns gives dicts, a tuple of columns tuples, a list
+    or tensor its items. Numbers come back as 0-d tensors."""
+    if isinstance(batch, dict):
+        for row in range(_rows(batch.values())):
+            yield {field: column[row] for field, column in batch.items()}
+    elif isinstance(batch, tuple):
+        _rows(batch)
+        yield from zip(*batch, strict=True)
+    else:
+        yield from batch
+
+
+def _rows(columns: Iterable[Any]) -> int:
+    """The common length of the columns of a batch (0 for none)."""
+    lengths = {len(column) for column in columns}
+    if len(lengths) > 1:
+        raise CollationError(f"cannot unbatch columns of different lengths {sorted(lengths)}")
+    return lengths.pop() if lengths else 0
+
+
+@functional_stage("batched")
+class Batcher(StageDataPipe[Any]):
+    """Group samples into batches of ``batchsize`` (functional name: ``batched``).
+
+    Args:
+        source_datapipe: yields samples.
+        batchsize: samples per batch.
+        collation_fn: makes a batch from a list of samples (:func:`collate` by default); None
+            gives the list itself.
+        partial: yield the last batch even if it is smaller.
+
+    Yields:
+        Batches.
+
+    Raises:
+        CollationError: samples that cannot be collated (see :func:`collate`).
+
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> [b.tolist() for b in IterableWrapper(range(5)).batched(2)]
+    [[0, 1], [2, 3], [4]]
+    >>> list(IterableWrapper(range(5)).batched(2, collation_fn=None, partial=False))
+    [[0, 1], [2, 3]]
+    """
+
+    def __init__(
+        self,
+        source_datapipe: IterDataPipe[Any],
+        batchsize: int,
+        collation_fn: Collate | None = collate,
+        partial: bool = True,
+    ) -> None:
+        super().__init__()
+        if not isinstance(batchsize, int) or batchsize < 1:
+            raise ValueError(f"batchsize must be an int >= 1, got {batchsize!r}")
+        self.source_datapipe = source_datapipe
+        self.batchsize = batchsize
+        self.collation_fn = collation_fn
+        self.partial = partial
+
+    def __iter__(self) -> Iterator[Any]:
+        batch: list[Any] = []
+        for sample in self.source_datapipe:
+            batch.append(sample)
+            if len(batch) == self.batchsize:
+                yield self._finish(batch)
+                batch = []
+        if batch and self.partial:
+            yield self._finish(batch)
+
+    def _finish(self, batch: list[Any]) -> Any:
+        return batch if self.collation_fn is None else self.collation_fn(batch)
+
+    def resume_state(self) -> None:
+        """Nothing: between the batches it yields, it holds no sample."""
+        return None
+
+
+@functional_stage("unbatched")
+class Unbatcher(StageDataPipe[Any]):
+    """Split batches back into samples (functional name: ``unbatched``).
+
+    Args:
+        source_datapipe: yields batches, as ``batched`` makes them.
+
+    Yields:
+        Samples.
+
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> list(IterableWrapper([(["a", "b"], [1, 2])]).unbatched())
+    [('a', 1), ('b', 2)]
+    """
+
+    def __init__(self, source_datapipe: IterDataPipe[Any]) -> None:
+        super().__init__()
+        self.source_datapipe = source_datapipe
+        self.rows_left = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        self.rows_left = 0
+        for batch in self.source_datapipe:
+            rows = list(unbatch(batch))
+            for index, row in enumerate(rows):
+                self.rows_left = len(rows) - index - 1
+                yield row
+
+    def resume_state(self) -> None:
+        """Nothing, between batches; inside one, it cannot save its place.
+
+        Raises:
+            ResumeError: samples of the last batch are still to come.
+        """
+        if self.rows_left:
+            raise ResumeError(
+                f"Unbatcher (unbatched) cannot save its place inside a batch ({self.rows_left} "
+                "samples of it are still to come): save the state after the batch's last "
+                "sample, or shuffle and batch without unbatching"
+            )
+
+
+@stage_factory
+def batched(batchsize: int, collation_fn: Collate | None = collate, partial: bool = True) -> Stage:
+    """``batched(...)`` for ``DataPipeline(...)``."""
+    return Stage(Batcher, batchsize, collation_fn=collation_fn, partial=partial)
+
+
+@stage_factory
+def unbatched() -> Stage:
+    """``unbatched()`` for ``DataPipeline(...)``."""
+    return Stage(Unbatcher)

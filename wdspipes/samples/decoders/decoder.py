@@ -1,0 +1,294 @@
+"""The ``decode`` stage: each field of a sample through a chain of handlers.
+
+A handler is called as ``handler(key, data)`` with the field name behind a dot (``".jpg"``,
+``".seg.png"``) and the field's bytes. It returns the decoded value, None to leave the field to
+the next handler, or ``Continue(key, data)`` to pass a new key and data on. The chain is: the
+gzip pre-handler, the user's handlers (image specs as strings become image handlers), then the
+basic handlers. A field nobody decodes stays bytes; fields starting with ``__`` are UTF-8 text.
+
+A handler with a true ``takes_rng`` attribute (an image decoder with ``crop=``) is called as
+``handler(key, data, rng)``: ``rng`` is a ``random.Random`` seeded from the stage's seed for the
+epoch (see :mod:`wdspipes.seeds`) and the sample's ``__url__`` and ``__key__``, so its draws do
+not depend on the order samples come in (a resumed epoch draws the same), and each field of a
+sample gets a generator in the same state (an image and its mask of one size crop alike).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from torch.utils.data import IterDataPipe
+from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
+
+from wdspipes.core.curried import Stage, stage_factory
+from wdspipes.core.datapipe import Sample, StageDataPipe, functional_stage
+from wdspipes.core.seeds import SeededStage, Seeding, sharding_position
+from wdspipes.errors import DecodeError, Handler, handle, reraise_exception, sample_location
+from wdspipes.samples.decoders.basic import BasicDecoder, Continue, gunzip
+from wdspipes.samples.decoders.images import ImageDecoder
+
+__all__ = ["ExtensionHandler", "SampleDecoder", "decode", "decode_field", "handle_extension"]
+
+FieldHandler = Callable[[str, bytes], Any]
+
+
+class ExtensionHandler:
+    """A handler that calls ``fn(data)`` for fields whose name ends with one of ``extensions``
+    (space-separated, case-insensitive; ``"seg.png"`` needs both of the last two parts)."""
+
+    def __init__(self, extensions: str, fn: Callable[[bytes], Any]) -> None:
+        self.extensions = [tuple(ext.split(".")) for ext in extensions.lower().split()]
+        self.fn = fn
+
+    def __call__(self, key: str, data: bytes) -> Any:
+        parts = tuple(key.lower().split("."))
+        for ext in self.extensions:
+            if len(ext) <= len(parts) and parts[len(parts) - len(ext) :] == ext:
+                return self.fn(data)
+        return None
+
+    def __repr__(self) -> str:
+        extensions = " ".join(".".join(ext) for ext in self.extensions)
+        return f"handle_extension({extensions!r}, {self.fn!r})"
+
+
+def handle_extension(extensions: str, fn: Callable[[bytes], Any]) -> ExtensionHandler:
+    """A decode handler running ``fn`` on the fields with these extensions.
+
+    >>> handler = handle_extension("seg.png", len)
+    >>> handler(".seg.png", b"abc"), handler(".png", b"abc")
+    (3, None)
+    """
+    return ExtensionHandler(extensions, fn)
+
+
+def decode_field(
+    handlers: Sequence[FieldHandler], key: str, data: bytes, seed: str | None = None
+) -> Any:
+    """Run ``data`` of field ``key`` (with its leading dot) through ``handlers``.
+
+    A handler whose ``takes_rng`` attribute is true gets a third argument, a
+    ``random.Random(seed)`` of its own (fresh entropy if ``seed`` is None).
+
+    >>> class Noisy:
+    ...     takes_rng = True
+    ...     def __call__(self, key, data, rng):
+    ...         return rng.randint(0, 9)
+    >>> decode_field([Noisy()], ".x", b"", "a seed") == decode_field([Noisy()], ".x", b"", "a seed")
+    True
+    """
+    return _run_chain(_with_rng(handlers, seed), key, data)
+
+
+def _run_chain(handlers: Sequence[FieldHandler], key: str, data: bytes) -> Any:
+    """The first answer of ``handlers`` (``(key, data)`` functions all) for the field."""
+    for handler in handlers:
+        result = handler(key, data)
+        if result is None:
+            continue
+        if isinstance(result, Continue):
+            key, data = result
+            continue
+        return result
+    return data
+
+
+def _takes_rng(handler: FieldHandler) -> bool:
+    return bool(getattr(handler, "takes_rng", False))
+
+
+def _with_rng(handlers: Sequence[FieldHandler], seed: str | None) -> tuple[FieldHandler, ...]:
+    """``handlers``, those that take a generator bound to a new ``random.Random(seed)`` for
+    every call."""
+    return tuple(_Drawing(h, seed) if _takes_rng(h) else h for h in handlers)
+
+
+class _Drawing:
+    """A handler that takes a generator, called with a new ``random.Random(seed)``."""
+
+    __slots__ = ("handler", "seed")
+
+    def __init__(self, handler: FieldHandler, seed: str | None) -> None:
+        self.handler = handler
+        self.seed = seed
+
+    def __call__(self, key: str, data: bytes) -> Any:
+        return self.handler(key, data, random.Random(self.seed))  # type: ignore[call-arg]
+
+
+@functional_stage("decode")
+class SampleDecoder(SeededStage, StageDataPipe[Sample]):
+    """Decode the fields of each sample (functional name: ``decode``).
+
+    Args:
+        source_datapipe: yields sample dicts of bytes.
+        *handlers: image specs (``"rgb8"``, ``"torchrgb"``, ...; see
+            :mod:`wdspipes.decoders.images`) and ``(key, data)`` handlers (``(key, data, rng)``
+            for those with a true ``takes_rng``, such as an ``ImageDecoder`` with ``crop=``),
+            tried in order after the gzip pre-handler and before the basic decoders.
+        only: field names (a list, or one string of space-separated names) to decode; the
+            others pass through untouched.
+        partial: let fields that are not bytes (decoded already) pass; without it they are an
+            error.
+        handler: what to do with a sample that fails to decode (see :mod:`wdspipes.errors`).
+        trusted: allow pickle fields and a full ``torch.load``, which run code from the data.
+        seed: fixes the generators handed to random handlers (such as an image decoder with
+            ``crop=``), with the epoch; otherwise the loader's ``set_seed`` or fresh entropy
+            decides (see :mod:`wdspipes.seeds`).
+
+    Yields:
+        Sample dicts with decoded values, fields in the same order.
+
+    Raises:
+        ValueError: an unknown image spec.
+        DecodeError: through ``handler``, naming URL, key and field, the cause chained.
+
+    >>> import json
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> sample = {"__key__": "0", "json": json.dumps([1, 2]).encode(), "cls": b"3", "x": b"?"}
+    >>> list(IterableWrapper([sample]).decode())
+    [{'__key__': '0', 'json': [1, 2], 'cls': 3, 'x': b'?'}]
+
+    With a random crop, each sample's crop depends on the seed, the epoch and the sample:
+
+    >>> import io, PIL.Image
+    >>> from wdspipes import ImageDecoder, RandomResizedCrop
+    >>> jpeg = io.BytesIO(); PIL.Image.new("RGB", (64, 48)).save(jpeg, format="JPEG")
+    >>> images = [{"__key__": str(i), "jpg": jpeg.getvalue()} for i in range(3)]
+    >>> crops = IterableWrapper(images).decode(
+    ...     ImageDecoder("torchrgb8", crop=RandomResizedCrop(16)), seed=0)
+    >>> [sample["jpg"].shape for sample in crops]
+    [torch.Size([3, 16, 16]), torch.Size([3, 16, 16]), torch.Size([3, 16, 16])]
+    """
+
+    one_to_one = True
+
+    def __init__(
+        self,
+        source_datapipe: IterDataPipe[Sample],
+        *handlers: str | FieldHandler,
+        only: str | Iterable[str] | None = None,
+        partial: bool = False,
+        handler: Handler = reraise_exception,
+        trusted: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.source_datapipe = source_datapipe
+        self.handlers = tuple(_as_handler(h, i) for i, h in enumerate(handlers))
+        self.only = (
+            None if only is None else frozenset(only.split() if isinstance(only, str) else only)
+        )
+        self.partial = partial
+        self.handler = handler
+        self.trusted = trusted
+        self.seeding = Seeding(seed)
+
+    def __iter__(self) -> Iterator[Sample]:
+        chain: tuple[FieldHandler, ...] = (gunzip, *self.handlers, BasicDecoder(self.trusted))
+        material = self._material(chain)
+        for sample in self.source_datapipe:
+            # Handlers that draw get one generator state per sample, made once here.
+            handlers = (
+                chain if material is None else _with_rng(chain, sample_seed(material, sample))
+            )
+            try:
+                yield {
+                    field: self._decode(handlers, sample, field, value)
+                    for field, value in sample.items()
+                }
+            except DecodeError as exn:
+                if not handle(self.handler, exn):
+                    return
+
+    def resume_state(self) -> dict[str, Any]:
+        """The seed material of the epoch: a sample's draws depend on it and on the sample
+        alone, so going on mid-epoch needs nothing more."""
+        return self.replay_state()
+
+    def _material(self, chain: Sequence[FieldHandler]) -> tuple[object, ...] | None:
+        """The epoch's seed material, where a handler takes a generator: the Seeding's, and
+        the position of the sharding filter upstream, looked for from the source (the
+        handlers of this stage need not pickle)."""
+        if not any(map(_takes_rng, chain)):
+            return None
+        self.seeding.mark()  # its own epoch: resuming replays the material (wdspipes.seeds)
+        source = self.source_datapipe
+        stream = (
+            (source.num_of_instances, source.instance_id)
+            if isinstance(source, ShardingFilterIterDataPipe)
+            else sharding_position(source)
+        )
+        return (self.seeding.next_material(), stream)
+
+    def _decode(
+        self,
+        chain: Sequence[FieldHandler],
+        sample: Sample,
+        field: str,
+        value: Any,
+    ) -> Any:
+        try:
+            if field.startswith("__"):
+                return value.decode("utf-8") if isinstance(value, bytes) else value
+            if self.only is not None and field not in self.only:
+                return value
+            if not isinstance(value, bytes):
+                if self.partial:
+                    return value
+                raise TypeError(
+                    f"the value is a {type(value).__name__}, not bytes: decoded already? "
+                    "(decode(..., partial=True) passes such fields through)"
+                )
+            return _run_chain(chain, "." + field, value)
+        except Exception as exn:
+            raise DecodeError(
+                f"cannot decode: {type(exn).__name__}: {exn}",
+                field=field,
+                **sample_location(sample),
+            ) from exn
+
+
+def sample_seed(material: tuple[object, ...], sample: Sample) -> str:
+    """The seed of a sample's generators: the epoch's seed material, ``__url__`` and ``__key__``
+    (as text), whatever the order samples come in."""
+    url, key = (_text(sample.get(name)) for name in ("__url__", "__key__"))
+    return repr((material, url, key))
+
+
+def _text(value: Any) -> Any:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _as_handler(handler: str | FieldHandler, position: int) -> FieldHandler:
+    if isinstance(handler, str):
+        return ImageDecoder(handler)
+    if not callable(handler):
+        raise TypeError(
+            f"decode handler {position} must be an image spec or a (key, data) function, "
+            f"got {handler!r}"
+        )
+    return handler
+
+
+@stage_factory
+def decode(
+    *handlers: str | FieldHandler,
+    only: str | Iterable[str] | None = None,
+    partial: bool = False,
+    handler: Handler = reraise_exception,
+    trusted: bool = False,
+    seed: int | None = None,
+) -> Stage:
+    """The decoder stage for ``DataPipeline(...)``: ``decode(*handlers, ...)``."""
+    return Stage(
+        SampleDecoder,
+        *handlers,
+        only=only,
+        partial=partial,
+        handler=handler,
+        trusted=trusted,
+        seed=seed,
+    )

@@ -1,0 +1,496 @@
+"""Stages on the fields of samples: pick them into tuples, map, rename, select, slice.
+
+A field spec names one field or alternatives separated by ``;`` (``"jpg;png"``: the first one
+present). Errors about a sample name its URL and key.
+
+>>> from torch.utils.data.datapipes.iter import IterableWrapper
+>>> samples = IterableWrapper([{"__key__": "0", "png": b"P", "cls": 3}])
+>>> list(samples.to_tuple("jpg;png", "cls"))
+[(b'P', 3)]
+>>> list(samples.rename(image="jpg;png", keep=False))
+[{'image': b'P'}]
+"""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from torch.utils.data import IterDataPipe
+
+from wdspipes.core.curried import Stage, stage_factory
+from wdspipes.core.datapipe import Sample, StageDataPipe, functional_stage
+from wdspipes.core.resume import abandon_epoch
+from wdspipes.errors import (
+    Handler,
+    MissingFieldError,
+    SampleError,
+    handle,
+    reraise_exception,
+    sample_location,
+)
+
+__all__ = [
+    "FieldMapper",
+    "ItemSlicer",
+    "Renamer",
+    "SampleMapper",
+    "SampleSelector",
+    "TupleMaker",
+    "TupleMapper",
+    "map",
+    "map_dict",
+    "map_tuple",
+    "rename",
+    "select",
+    "slice",
+    "to_tuple",
+]
+
+
+def first_present(sample: Sample, alternatives: tuple[str, ...]) -> Any:
+    """The value of the first of ``alternatives`` present in ``sample``.
+
+    Raises:
+        MissingFieldError: none is present.
+    """
+    for field in alternatives:
+        if field in sample:
+            return sample[field]
+    raise MissingFieldError(
+        f"no field {';'.join(alternatives)!r} among {[f for f in sample if f[:2] != '__']}",
+        **sample_location(sample),
+    )
+
+
+@functional_stage("to_tuple")
+class TupleMaker(StageDataPipe[tuple[Any, ...]]):
+    """Turn each sample into a tuple of fields (functional name: ``to_tuple``).
+
+    Args:
+        source_datapipe: yields sample dicts.
+        *fields: field specs (``"jpg;png"`` takes the first present), or one string of
+            space-separated specs (``"jpg;png cls"``).
+        handler: what to do with a sample missing a field.
+        missing_is_error: a missing field is an error; otherwise it gives None.
+        none_is_error: a None value is an error (default: as ``missing_is_error``).
+
+    Yields:
+        Tuples, one value per spec.
+
+    Raises:
+        MissingFieldError: through ``handler``, naming the field, the URL and the key.
+
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> list(IterableWrapper([{"a": 1, "b": 2}]).to_tuple("b a"))
+    [(2, 1)]
+    """
+
+    one_to_one = True
+
+    def __init__(
+        self,
+        source_datapipe: IterDataPipe[Sample],
+        *fields: str,
+        handler: Handler = reraise_exception,
+        missing_is_error: bool = True,
+        none_is_error: bool | None = None,
+    ) -> None:
+        super().__init__()
+        if len(fields) == 1 and " " in fields[0]:
+            fields = tuple(fields[0].split())
+        if not fields:
+            raise ValueError("to_tuple needs at least one field")
+        self.source_datapipe = source_datapipe
+        self.fields = tuple(tuple(spec.split(";")) for spec in fields)
+        self.handler = handler
+        self.missing_is_error = missing_is_error
+        self.none_is_error = missing_is_error if none_is_error is None else none_is_error
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        for sample in self.source_datapipe:
+            try:
+                result = tuple(self._get(sample, alternatives) for alternatives in self.fields)
+                if self.none_is_error:
+                    self._check_none(sample, result)
+            except MissingFieldError as exn:
+                if handle(self.handler, exn):
+                    continue
+                return
+            yield result
+
+    def _check_none(self, sample: Sample, result: tuple[Any, ...]) -> None:
+        for alternatives, value in zip(self.fields, result, strict=True):
+            if value is None:  # "is": arrays answer "==" element by element
+                spec = ";".join(alternatives)
+                raise MissingFieldError(f"field {spec!r} is None", **sample_location(sample))
+
+    def _get(self, sample: Sample, alternatives: tuple[str, ...]) -> Any:
+        if self.missing_is_error:
+            return first_present(sample, alternatives)
+        return next((sample[f] for f in alternatives if f in sample), None)
+
+
+@functional_stage("map_tuple")
+class TupleMapper(StageDataPipe[tuple[Any, ...]]):
+    """Apply a function to each position of tuple samples (functional name: ``map_tuple``).
+
+    Args:
+        source_datapipe: yields tuples (or lists).
+        *fns: one function per position; None leaves that position as it is. Positions beyond
+            the functions, and functions beyond the positions, are left alone.
+        handler: what to do when a function raises.
+
+    Yields:
+        Tuples.
+
+    Raises:
+        SampleError: through ``handler``, naming the position (as the field), with the
+            function's error as the ``__cause__``.
+
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> list(IterableWrapper([(1, "a", 2.5)]).map_tuple(str, None, int))
+    [('1', 'a', 2)]
+    """
+
+    one_to_one = True
+
+    def __init__(
+        self,
+        source_datapipe: IterDataPipe[tuple[Any, ...]],
+        *fns: Callable[[Any], Any] | None,
+        handler: Handler = reraise_exception,
+    ) -> None:
+        super().__init__()
+        for position, fn in enumerate(fns):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"map_tuple function {position} is not callable: {fn!r}")
+        self.source_datapipe = source_datapipe
+        self.fns = fns
+        self.handler = handler
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        for sample in self.source_datapipe:
+            values = list(sample)
+            try:
+                for position, fn in enumerate(self.fns[: len(values)]):
+                    if fn is not None:
+                        values[position] = _apply(fn, values[position], sample, str(position))
+            except SampleError as exn:
+                if handle(self.handler, exn):
+                    continue
+                return
+            yield tuple(values)
+
+
+@functional_stage("map_dict")
+class FieldMapper(StageDataPipe[Sample]):
+    """Apply functions to named fields of dict samples (functional name: ``map_dict``).
+
+    Args:
+        source_datapipe: yields sample dicts.
+        handler: what to do when a function raises or a field is missing.
+        **fns: field name to function.
+
+    Yields:
+        Sample dicts with the fields replaced.
+
+    Raises:
+        MissingFieldError, SampleError: through ``handler``; a function's own error is the
+            ``__cause__`` of a SampleError naming the field, URL and key.
+
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> list(IterableWrapper([{"cls": b"3", "txt": b"x"}]).map_dict(cls=int))
+    [{'cls': 3, 'txt': b'x'}]
+    """
+
+    one_to_one = True
+
+    def __init__(
+        self,
+        source_datapipe: IterDataPipe[Sample],
+        /,
+        handler: Handler = reraise_exception,
+        **fns: Callable[[Any], Any],
+    ) -> None:
+        super().__init__()
+        if not fns:
+            raise ValueError("map_dict needs at least one field=function")
+        for field, fn in fns.items():
+            if not callable(fn):
+                raise TypeError(f"map_dict function for {field!r} is not callable: {fn!r}")
+        self.source_datapipe = source_datapipe
+        self.handler = handler
+        self.fns = fns
+
+    def __iter__(self) -> Iterator[Sample]:
+        for sample in self.source_datapipe:
+            try:
+                result = dict(sample)
+                for field, fn in self.fns.items():
+                    result[field] = _apply(fn, first_present(sample, (field,)), sample, field)
+            except SampleError as exn:
+                if handle(self.handler, exn):
+                    continue
+                return
+            yield result
+
+
+def _apply(fn: Callable[[Any], Any], value: Any, sample: Any, field: str | None) -> Any:
+    """``fn(value)``, with a failure turned into a SampleError that says where."""
+    try:
+        return fn(value)
+    except Exception as exn:
+        name = getattr(fn, "__name__", repr(fn))
+        raise SampleError.like(exn)(  # also a ValueError where fn raised one, as in webdataset
+            f"{name} failed: {type(exn).__name__}: {exn}", field=field, **sample_location(sample)
+        ) from exn
+
+
+@functional_stage("rename")
+class Renamer(StageDataPipe[Sample]):
+    """Rename fields of dict samples (functional name: ``rename``).
+
+    Args:
+        source_datapipe: yields sample dicts.
+        handler: what to do with a sample missing a field to rename.
+        keep: keep the fields not renamed; otherwise the result holds only the new names.
+        **renames: new name to field spec (``image="jpg;png"``).
+
+    Yields:
+        Sample dicts.
+
+    Raises:
+        MissingFieldError: through ``handler``.
+
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> list(IterableWrapper([{"__key__": "0", "jpg": b"J"}]).rename(image="jpg;png"))
+    [{'__key__': '0', 'image': b'J'}]
+    """
+
+    one_to_one = True
+
+    def __init__(
+        self,
+        source_datapipe: IterDataPipe[Sample],
+        /,
+        handler: Handler = reraise_exception,
+        keep: bool = True,
+        **renames: str,
+    ) -> None:
+        super().__init__()
+        if not renames:
+            raise ValueError("rename needs at least one new_name='old_name' pair")
+        self.source_datapipe = source_datapipe
+        self.handler = handler
+        self.keep = keep
+        self.renames = {new: tuple(spec.split(";")) for new, spec in renames.items()}
+        self.replaced = frozenset(f for alternatives in self.renames.values() for f in alternatives)
+
+    def __iter__(self) -> Iterator[Sample]:
+        for sample in self.source_datapipe:
+            try:
+                renamed = {new: first_present(sample, old) for new, old in self.renames.items()}
+            except MissingFieldError as exn:
+                if handle(self.handler, exn):
+                    continue
+                return
+            if self.keep:
+                kept = {f: v for f, v in sample.items() if f not in self.replaced}
+                yield {**kept, **renamed}
+            else:
+                yield renamed
+
+
+@functional_stage("select")
+class SampleSelector(StageDataPipe[Any]):
+    """Keep the samples for which ``predicate`` is true (functional name: ``select``).
+
+    Args:
+        source_datapipe: yields samples.
+        predicate: a function of a sample.
+
+    Yields:
+        The samples kept, in order.
+
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> list(IterableWrapper(range(6)).select(lambda x: x % 3 == 0))
+    [0, 3]
+    """
+
+    one_to_one = True
+
+    def __init__(self, source_datapipe: IterDataPipe[Any], predicate: Callable[[Any], Any]) -> None:
+        super().__init__()
+        if not callable(predicate):
+            raise TypeError(f"select needs a predicate function, got {predicate!r}")
+        self.source_datapipe = source_datapipe
+        self.predicate = predicate
+
+    def __iter__(self) -> Iterator[Any]:
+        predicate = self.predicate
+        for sample in self.source_datapipe:
+            if predicate(sample):
+                yield sample
+
+
+@functional_stage("map_samples")
+class SampleMapper(StageDataPipe[Any]):
+    """Apply ``fn`` to each sample; a None result drops it (functional name: ``map_samples``).
+
+    When a dict sample maps to a dict, the result keeps the sample's ``__key__``.
+
+    Args:
+        source_datapipe: yields samples.
+        fn: a function of a sample.
+        handler: what to do when ``fn`` raises.
+
+    Yields:
+        The results that are not None.
+
+    Raises:
+        SampleError: through ``handler``, naming URL and key, with ``fn``'s error as cause.
+
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> list(IterableWrapper([1, 2, 3, 4]).map_samples(lambda x: x * 10 if x % 2 else None))
+    [10, 30]
+    """
+
+    one_to_one = True
+
+    def __init__(
+        self,
+        source_datapipe: IterDataPipe[Any],
+        fn: Callable[[Any], Any],
+        handler: Handler = reraise_exception,
+    ) -> None:
+        super().__init__()
+        if not callable(fn):
+            raise TypeError(f"map needs a function, got {fn!r}")
+        self.source_datapipe = source_datapipe
+        self.fn = fn
+        self.handler = handler
+
+    def __iter__(self) -> Iterator[Any]:
+        for sample in self.source_datapipe:
+            try:
+                result = _apply(self.fn, sample, sample, None)
+            except SampleError as exn:
+                if handle(self.handler, exn):
+                    continue
+                return
+            if result is None:
+                continue
+            if isinstance(sample, dict) and isinstance(result, dict):
+                result["__key__"] = sample.get("__key__")
+            yield result
+
+
+@functional_stage("islice")
+class ItemSlicer(StageDataPipe[Any]):
+    """Items from ``start`` to ``stop`` by ``step`` (functional name: ``islice``).
+
+    As ``itertools.islice`` over the source.
+
+    Args:
+        source_datapipe: yields items.
+        *args: ``stop``, or ``start, stop[, step]``.
+
+    Yields:
+        The selected items.
+
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> list(IterableWrapper(range(10)).islice(2, 8, 3))
+    [2, 5]
+    """
+
+    def __init__(self, source_datapipe: IterDataPipe[Any], *args: int | None) -> None:
+        super().__init__()
+        itertools.islice((), *args)  # the arguments' checks, with islice's own messages
+        self.source_datapipe = source_datapipe
+        self.args = args
+        window = builtins.slice(*args)
+        self.start, self.stop, self.step = window.start or 0, window.stop, window.step or 1
+        self.position = 0  # of the next source item
+        self._resume: int | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        resume, self._resume = self._resume, None
+        position = self.position = resume or 0
+        start, stop, step = self.start, self.stop, self.step
+        if stop is not None and position >= stop:
+            if resume is not None:  # restored at the end of its epoch
+                abandon_epoch(self.source_datapipe)
+            return
+        for item in self.source_datapipe:
+            index = position
+            position = self.position = index + 1
+            if index >= start and not (index - start) % step:
+                yield item
+            if stop is not None and position >= stop:
+                return
+
+    def set_seed(self, seed: int) -> None:
+        """A loader begins an epoch: a state loaded before is dropped (see wdspipes.resume)."""
+        self._resume = None
+
+    def resume_state(self) -> dict[str, Any]:
+        return {"position": self.position}
+
+    def resume_from(self, state: dict[str, Any]) -> None:
+        self._resume = state["position"]
+
+
+@stage_factory
+def to_tuple(
+    *fields: str,
+    handler: Handler = reraise_exception,
+    missing_is_error: bool = True,
+    none_is_error: bool | None = None,
+) -> Stage:
+    """``to_tuple(...)`` for ``DataPipeline(...)``."""
+    return Stage(
+        TupleMaker,
+        *fields,
+        handler=handler,
+        missing_is_error=missing_is_error,
+        none_is_error=none_is_error,
+    )
+
+
+@stage_factory
+def map_tuple(*fns: Callable[[Any], Any] | None, handler: Handler = reraise_exception) -> Stage:
+    """``map_tuple(...)`` for ``DataPipeline(...)``."""
+    return Stage(TupleMapper, *fns, handler=handler)
+
+
+@stage_factory
+def map_dict(handler: Handler = reraise_exception, **fns: Callable[[Any], Any]) -> Stage:
+    """``map_dict(...)`` for ``DataPipeline(...)``."""
+    return Stage(FieldMapper, handler=handler, **fns)
+
+
+@stage_factory
+def rename(handler: Handler = reraise_exception, keep: bool = True, **renames: str) -> Stage:
+    """``rename(...)`` for ``DataPipeline(...)``."""
+    return Stage(Renamer, handler=handler, keep=keep, **renames)
+
+
+@stage_factory
+def select(predicate: Callable[[Any], Any]) -> Stage:
+    """``select(predicate)`` for ``DataPipeline(...)``."""
+    return Stage(SampleSelector, predicate)
+
+
+@stage_factory
+def map(fn: Callable[[Any], Any], handler: Handler = reraise_exception) -> Stage:
+    """``map_samples(fn)`` for ``DataPipeline(...)``, under webdataset's name ``map``."""
+    return Stage(SampleMapper, fn, handler=handler)
+
+
+@stage_factory
+def slice(*args: int | None) -> Stage:
+    """``islice(...)`` for ``DataPipeline(...)``, under webdataset's name ``slice``."""
+    return Stage(ItemSlicer, *args)
