@@ -47,6 +47,7 @@ __all__ = [
     "SampleError",
     "ShardError",
     "ShardOpenError",
+    "ShardWriteError",
     "StreamFormatError",
     "TarFormatError",
     "TruncatedShardError",
@@ -161,6 +162,11 @@ class CommandError(ShardError, OSError):
         super().__init__(problem, url=url)
         self.command = command
         self.status = status
+
+
+class ShardWriteError(ShardError, OSError):
+    """A shard cannot be written: the target failed while it was written or completed (a
+    full disk, a refused upload). An ``OSError``, as what webdataset's writers let through."""
 
 
 class TarFormatError(ShardError):
