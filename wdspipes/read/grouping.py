@@ -169,16 +169,17 @@ class SampleGrouper(SampleReader):
         shard. Warns either way; None (dropped) if it may lack members."""
         problem, cursor.unmarked_end = cursor.unmarked_end, None
         whole = width > 0 and len(sample) >= width
-        if whole:
-            verdict = "its samples were read"
-        else:
-            against = "the sample before it" if width else "another sample (it is the only one)"
-            verdict = (
-                f"its last sample {sample['__key__']!r} was dropped: it may lack members (it "
-                f"cannot be checked against {against})"
-            )
-            if width:
-                verdict = verdict.replace("cannot be checked against", "has fewer fields than")
+        why = (
+            "has fewer fields than the sample before it"
+            if width
+            else "cannot be checked against another sample (it is the only one)"
+        )
+        verdict = (
+            "its samples were read"
+            if whole
+            else f"its last sample {sample['__key__']!r} was dropped: it may lack members "
+            f"(it {why})"
+        )
         warnings.warn(
             NoEndMarkerWarning(f"{problem}: {verdict}; strict_end=True refuses it"), stacklevel=3
         )
