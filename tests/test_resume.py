@@ -273,6 +273,50 @@ def test_restoring_reads_only_the_shards_it_needs(
     assert "s-0.tar" not in opened
 
 
+def key_of(sample: dict[str, Any]) -> str:
+    return str(sample["__key__"])
+
+
+@pytest.mark.parametrize("damage", ["cut", "gone"])
+@pytest.mark.parametrize("kind", ["tar", "cbor"])
+def test_a_shard_broken_where_the_state_resumes_leaves_the_next_shard_whole(
+    tmp_path: Path, kind: str, damage: str
+) -> None:
+    """The saved offset is that of its shard: if the shard is cut or gone when the pipeline
+    resumes, the handler skips it, and the next shard is read from its start."""
+    for shard in range(3):
+        path = tmp_path / f"s-{shard}.{kind}"
+        with wds.TarWriter(str(path)) if kind == "tar" else wds.CborWriter(path) as sink:
+            for index in range(5):
+                sink.write({"__key__": f"{shard}-{index}", "txt": "x" * 100})
+
+    def build() -> IterDataPipe[Any]:
+        opened = wds.ShardList(f"{tmp_path}/s-{{0..2}}.{kind}").open_shards(
+            handler=wds.warn_and_continue
+        )
+        handler = wds.warn_and_continue
+        if kind == "tar":
+            return opened.load_tar(handler=handler).group_samples().map_samples(key_of)
+        return opened.load_cbor(handler=handler).map_samples(key_of)
+
+    pipe = build()
+    items = iter(pipe)
+    assert [next(items) for _ in range(7)][-1] == "1-1"
+    state = pipe.state_dict()
+    [(shard, offset, *_)] = [p["next"] for p in state["stages"].values() if p and "next" in p]
+    assert shard == 2 and offset > 0  # the second shard, after its second sample
+    broken = tmp_path / f"s-1.{kind}"
+    if damage == "cut":  # in the next sample
+        broken.write_bytes(broken.read_bytes()[: offset + 10])
+    else:
+        broken.unlink()
+    again = build()
+    again.load_state_dict(state)
+    with pytest.warns(wds.DataWarning, match="s-1"):
+        rest = list(again)
+    assert rest == [f"2-{index}" for index in range(5)]
+
+
 def test_another_worker_count_is_refused_clearly(urls: str) -> None:
     _, state = run(webdataset(urls), 2, 1, stop=10)
     assert state is not None
