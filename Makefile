@@ -15,9 +15,10 @@ demo: setup
 test: setup test-tools lint
 	$(BIN)/pytest
 
-# The edit-test loop: every test that starts no other process (no loader workers, no command,
-# no script) and does not build the docs site; under a minute.
-test-fast: setup
+# The edit-test loop: every test that starts no worker process and no Python process (no loader
+# workers, no command, no script) and does not build the docs site; under a minute. The tar
+# writers the differential tests compare against run here too (tests/conftest.py keeps the tiers).
+test-fast: setup test-tools
 	$(BIN)/pytest -q -m "not loaders and not slow"
 
 lint: setup
