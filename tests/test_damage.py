@@ -186,6 +186,100 @@ def test_info_and_cat_report_and_read_joined_archives(tmp_path: Path) -> None:
     assert [s["__key__"] for s in read([str(output)], wds.reraise_exception)] == [*KEYS, "10", "11"]
 
 
+# --- a shard without the end-of-archive marker (a writer never closed) ------------------------
+
+UNMARKED = GOOD[: 6 * 1024]  # every member whole, no end-of-archive marker
+
+
+def test_a_shard_without_the_marker_gives_all_its_samples_with_one_warning(
+    tmp_path: Path,
+) -> None:
+    shard = write(tmp_path, "open.tar", UNMARKED)
+    with pytest.warns(wds.NoEndMarkerWarning) as caught:
+        samples = read([shard], wds.reraise_exception)
+    closed = read([write(tmp_path, "closed.tar", GOOD)], wds.reraise_exception)
+    assert [{**s, "__url__": shard} for s in closed] == samples
+    assert len(caught) == 1
+    assert shard in str(caught[0].message) and "samples were read" in str(caught[0].message)
+
+
+def test_the_same_samples_as_webdataset(tmp_path: Path) -> None:
+    webdataset = pytest.importorskip("webdataset")
+    shard = write(tmp_path, "open.tar", UNMARKED)
+    with pytest.warns(wds.NoEndMarkerWarning):
+        ours = [(s["__key__"], s["cls"], s["txt"]) for s in wds.WebDataset(shard)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # webdataset leaks one open file per shard
+        reference = webdataset.WebDataset(shard, shardshuffle=False)
+        theirs = [(s["__key__"], s["cls"], s["txt"]) for s in reference]
+        del reference
+        gc.collect()
+    assert ours == theirs and len(ours) == len(KEYS)
+
+
+def test_a_last_sample_with_fewer_fields_is_dropped_and_named(tmp_path: Path) -> None:
+    shard = write(tmp_path, "cut.tar", GOOD[: 5 * 1024])  # after 02.cls, before 02.txt
+    with pytest.warns(wds.NoEndMarkerWarning, match="last sample '02' was dropped"):
+        samples = read([shard], wds.reraise_exception)
+    assert [s["__key__"] for s in samples] == ["00", "01"]
+
+
+def test_an_only_sample_that_cannot_be_checked_is_dropped(tmp_path: Path) -> None:
+    shard = write(tmp_path, "cut.tar", GOOD[:1024])  # 00.cls alone
+    with pytest.warns(wds.NoEndMarkerWarning, match="'00' was dropped.*only one"):
+        assert read([shard], wds.reraise_exception) == []
+
+
+def test_strict_end_makes_a_missing_marker_an_error(tmp_path: Path) -> None:
+    shard = write(tmp_path, "open.tar", UNMARKED)
+    with pytest.raises(wds.TruncatedShardError, match="end-of-archive marker") as caught:
+        read([shard], wds.reraise_exception, strict_end=True)
+    assert caught.value.url == shard and caught.value.offset == len(UNMARKED)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        good = read(
+            [shard, write(tmp_path, "good.tar", OTHER)], wds.ignore_and_continue, strict_end=True
+        )
+    # the samples known whole before the missing marker, then the next shard
+    assert [s["__key__"] for s in good] == ["00", "01", "10", "11"]
+
+
+def test_resume_in_and_after_a_shard_without_the_marker(tmp_path: Path) -> None:
+    urls = [write(tmp_path, "open.tar", UNMARKED), write(tmp_path, "good.tar", OTHER)]
+
+    def build() -> Any:
+        return wds.WebDataset(urls).buffer_shuffle(3, seed=1)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        expected = [s["__key__"] for s in build()]
+        assert len(caught) == 1
+        for stop in range(1, 5):
+            pipe = build()
+            items = iter(pipe)
+            head = [next(items)["__key__"] for _ in range(stop)]
+            again = build()
+            again.load_state_dict(pipe.state_dict())
+            assert head + [s["__key__"] for s in again] == expected, stop
+    assert sorted(expected) == [*KEYS, "10", "11"]
+
+
+def test_info_reports_and_cat_mends_a_shard_without_the_marker(tmp_path: Path) -> None:
+    shard = write(tmp_path, "open.tar", UNMARKED)
+    runner = CliRunner()
+    result = runner.invoke(cli, ["info", shard])
+    assert result.exit_code == 1, result.output
+    assert "no-end-marker" in result.output and "3 samples" in result.output
+    output = tmp_path / "mended.tar"
+    result = runner.invoke(cli, ["cat", shard, "-o", str(output)])
+    assert result.exit_code == 0, result.output
+    with output.open("rb") as stream:  # the marker is there: strict_end reads it
+        assert len(list(iter_tar(stream, str(output), strict_end=True))) == 2 * len(KEYS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert [s["__key__"] for s in read([str(output)], wds.reraise_exception)] == KEYS
+
+
 # --- a compressed shard cut short gives everything before the cut ---------------------------
 
 COMPRESSORS: dict[str, Callable[[bytes], bytes]] = {

@@ -3,10 +3,18 @@ policies behave as FORMAT.md section 5 says (without webdataset's sleep)."""
 
 from __future__ import annotations
 
+import gc
+import io
 import pickle
 import warnings
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
 
+import numpy as np
 import pytest
+from shardgen import make_tar
 from torch.utils.data._utils import ExceptionWrapper
 
 import wdspipes as wds
@@ -99,3 +107,154 @@ def test_custom_handlers() -> None:
     replacement = RuntimeError("replaced")
     with pytest.raises(RuntimeError, match="replaced"):
         handle(lambda exn: replacement, ERROR)  # returning an exception raises it
+
+
+# --- The built-in classes webdataset raised ---------------------------------------------------
+# The same input through webdataset 1.0.2 and wdspipes: the error wdspipes raises is an instance
+# of the very class webdataset raised, so `except ValueError`, `except KeyError` and
+# `except OSError` written for webdataset keep working.
+
+
+def webdataset() -> ModuleType:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import webdataset as wdsref
+    return wdsref
+
+
+def write_shard(path: Path, members: list[tuple[str, bytes]]) -> str:
+    path.write_bytes(make_tar(members))
+    return str(path)
+
+
+@pytest.fixture
+def shard(tmp_path: Path) -> str:
+    return write_shard(tmp_path / "s.tar", [("0.txt", b"hi"), ("0.cls", b"1"), ("1.txt", b"x")])
+
+
+def read(lib: ModuleType, url: str, *stages: Any) -> list[Any]:
+    """The samples of a DataPipeline of ``lib`` (webdataset or wdspipes) over one shard."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # webdataset leaks an open file per shard
+        pipeline = lib.DataPipeline(lib.SimpleShardList(url), lib.tarfile_to_samples(), *stages)
+        try:
+            return list(pipeline)
+        finally:
+            del pipeline
+            gc.collect()
+
+
+def npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+Run = Callable[[ModuleType, str, Path], object]
+
+READ_CASES: dict[str, tuple[type[Exception], Run]] = {
+    "to_tuple, a missing field": (
+        ValueError,
+        lambda lib, url, _: read(lib, url, lib.to_tuple("txt", "cls")),
+    ),
+    "rename, a missing field": (
+        ValueError,
+        lambda lib, url, _: read(lib, url, lib.rename(label="cls")),
+    ),
+    "map_dict, a missing field": (
+        KeyError,
+        lambda lib, url, _: read(lib, url, lib.map_dict(cls=bytes.upper)),
+    ),
+    "map_dict, int() fails": (
+        ValueError,
+        lambda lib, url, _: read(lib, url, lib.map_dict(txt=int)),
+    ),
+    "map_tuple, int() fails": (
+        ValueError,
+        lambda lib, url, _: read(lib, url, lib.to_tuple("txt"), lib.map_tuple(int)),
+    ),
+    "map, the function raises KeyError": (
+        KeyError,
+        lambda lib, url, _: read(lib, url, lib.map(lambda s: s["jpg"])),
+    ),
+    "map, the function divides by zero": (
+        ZeroDivisionError,
+        lambda lib, url, _: read(lib, url, lib.map(lambda s: 1 / 0)),
+    ),
+    "a missing shard": (FileNotFoundError, lambda lib, _, tmp: read(lib, str(tmp / "missing.tar"))),
+    "a directory as a shard": (IsADirectoryError, lambda lib, _, tmp: read(lib, str(tmp))),
+    "an unknown URL scheme": (ValueError, lambda lib, _, tmp: read(lib, "gopher://host/a.tar")),
+    "a duplicate field": (
+        ValueError,
+        lambda lib, _, tmp: read(
+            lib, write_shard(tmp / "d.tar", [("0.txt", b"a"), ("0.cls", b"1"), ("0.txt", b"b")])
+        ),
+    ),
+    "batched, unequal shapes": (
+        AssertionError,
+        lambda lib, _, tmp: read(
+            lib,
+            write_shard(tmp / "n.tar", [("0.npy", npy(np.zeros(2))), ("1.npy", npy(np.zeros(3)))]),
+            lib.decode(),
+            lib.to_tuple("npy"),
+            lib.batched(2),
+        ),
+    ),
+}
+
+
+def write_one(lib: ModuleType, sample: dict[str, Any], **options: Any) -> None:
+    with lib.TarWriter(io.BytesIO(), **options) as sink:
+        sink.write(sample)
+
+
+WRITE_CASES: dict[str, tuple[type[Exception], Run]] = {
+    "a sample without __key__": (ValueError, lambda lib, *_: write_one(lib, {"txt": "x"})),
+    "a value with no encoder": (
+        ValueError,
+        lambda lib, *_: write_one(lib, {"__key__": "a", "unknown": object()}),
+    ),
+    "encoder=False, a str value": (
+        ValueError,
+        lambda lib, *_: write_one(lib, {"__key__": "a", "txt": "x"}, encoder=False),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", [*READ_CASES, *WRITE_CASES])
+def test_errors_are_the_builtin_exceptions_webdataset_raised(
+    case: str, shard: str, tmp_path: Path
+) -> None:
+    builtin, run = {**READ_CASES, **WRITE_CASES}[case]
+    with pytest.raises(builtin) as theirs:
+        run(webdataset(), shard, tmp_path)
+    with pytest.raises(builtin) as ours:
+        run(wds, shard, tmp_path)
+    assert isinstance(ours.value, wds.WdsError), ours.value  # typed, and located
+    assert isinstance(ours.value, type(theirs.value))  # the very class webdataset raised
+
+
+def test_a_builtin_class_survives_pickling_and_worker_processes(shard: str) -> None:
+    with pytest.raises(wds.SampleError) as caught:
+        read(wds, shard, wds.map_dict(txt=int))
+    for error in (pickle.loads(pickle.dumps(caught.value)), caught.value):
+        assert isinstance(error, ValueError) and error.key == "0" and error.field == "txt"
+        assert type(error).__name__ == "SampleError"
+    try:
+        raise caught.value
+    except ValueError:
+        wrapper = pickle.loads(pickle.dumps(ExceptionWrapper(where="in a worker")))
+    with pytest.raises(ValueError, match="int failed: ValueError"):
+        wrapper.reraise()
+    with pytest.raises(wds.SampleError):
+        wrapper.reraise()
+
+
+def test_the_message_is_the_error_s_own() -> None:
+    # KeyError quotes its argument and OSError formats its errno; neither touches ours
+    missing = wds.MissingFieldError("no field 'cls'", key="0")
+    assert str(missing) == "key '0': no field 'cls'"
+    opened = wds.ShardOpenError.like(FileNotFoundError(2, "gone"))("no such file", url="a.tar")
+    assert str(opened) == "a.tar: no such file" and isinstance(opened, FileNotFoundError)
+    assert wds.SampleError.like(StopIteration()) is wds.SampleError  # generators would mangle it
+    assert wds.SampleError.like(RuntimeError) is wds.SampleError.like(RuntimeError())

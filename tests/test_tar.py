@@ -227,7 +227,8 @@ def test_truncated_anywhere_is_an_error_that_locates_the_cut() -> None:
     for cut in cut_points(data):
         got = []
         with pytest.raises(wds.TruncatedShardError) as caught:
-            for member in iter_tar(io.BytesIO(data[:cut]), "cut.tar"):
+            # strict_end: a cut right after a member is an error too (by default a warning)
+            for member in iter_tar(io.BytesIO(data[:cut]), "cut.tar", strict_end=True):
                 got.append((member.name, member.data, member.offset))
         error = caught.value
         assert got == full[: len(got)], cut  # what came out is whole and in order
@@ -239,13 +240,29 @@ def test_truncated_anywhere_is_an_error_that_locates_the_cut() -> None:
             assert f"after member {got[-1][0]!r}" in str(error), cut
 
 
-def test_cut_exactly_after_a_member_is_detected() -> None:
+def test_a_shard_ending_after_a_member_without_the_marker_is_read_with_a_warning() -> None:
     data = make_tar([("0001.txt", b"a"), ("0002.txt", b"b")])
-    cut = 4 * BLOCK  # both members whole, no end-of-archive marker
+    cut = 4 * BLOCK  # both members whole, no end-of-archive marker: a writer never closed
+    with pytest.warns(wds.NoEndMarkerWarning, match="cut.tar.*byte 2048.*'0002.txt'") as caught:
+        assert read_all(data[:cut], "cut.tar") == read_all(data)
+    assert len(caught) == 1
+    assert issubclass(wds.NoEndMarkerWarning, wds.DataWarning)
+
+
+def test_strict_end_refuses_a_shard_without_the_marker() -> None:
+    data = make_tar([("0001.txt", b"a"), ("0002.txt", b"b")])
+    cut = 4 * BLOCK
     with pytest.raises(wds.TruncatedShardError, match="end-of-archive marker") as caught:
-        read_all(data[:cut], "cut.tar")
+        list(iter_tar(io.BytesIO(data[:cut]), "cut.tar", strict_end=True))
     assert caught.value.offset == cut
     assert "0002.txt" in str(caught.value)
+
+
+@pytest.mark.parametrize("short", [1, 100, BLOCK - 1])
+def test_a_cut_in_the_padding_after_the_last_member_stays_an_error(short: int) -> None:
+    data = make_tar([("0001.txt", b"a"), ("0002.txt", b"b")])
+    with pytest.raises(wds.TruncatedShardError, match="short of the padding"):
+        read_all(data[: 4 * BLOCK - short], "cut.tar")
 
 
 def test_empty_file_is_an_error() -> None:

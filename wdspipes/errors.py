@@ -11,13 +11,27 @@ stream, or raise. Every stage applies a handler through :func:`handle`.
 "a.tar, member '0001.jpg', at byte 1024: expected 512 bytes of header, got 100"
 >>> handle(ignore_and_continue, err), handle(ignore_and_stop, err)
 (True, False)
+
+Each error is also an instance of the built-in exception that webdataset 1.0.2 raised in the
+same case, so that code written for webdataset keeps catching it: a missing field is a
+``KeyError`` and a ``ValueError``, a shard that cannot be opened an ``OSError`` (a missing file
+a ``FileNotFoundError``), a function of ``map_dict`` that raised ``ValueError`` a ``SampleError``
+that is a ``ValueError`` too (see :meth:`WdsError.like`).
+
+>>> isinstance(MissingFieldError("no field 'cls'"), KeyError)
+True
+>>> error = SampleError.like(ValueError("bad literal"))("int failed", key="0001")
+>>> isinstance(error, SampleError), isinstance(error, ValueError), str(error)
+(True, True, "key '0001': int failed")
 """
 
 from __future__ import annotations
 
+import builtins
+import copyreg
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "CollationError",
@@ -29,6 +43,7 @@ __all__ = [
     "EncodeError",
     "Handler",
     "MissingFieldError",
+    "NoEndMarkerWarning",
     "ResumeError",
     "SampleError",
     "ShardError",
@@ -48,6 +63,8 @@ __all__ = [
 
 Handler = Callable[[Exception], object]
 """A handler takes the exception and returns True (continue), False (stop), or raises."""
+
+E = TypeVar("E", bound="WdsError")
 
 
 class WdsError(Exception):
@@ -81,23 +98,58 @@ class WdsError(Exception):
             where.append(f"field {field!r}")
         if offset is not None:
             where.append(f"at byte {offset}")
-        super().__init__(f"{', '.join(where)}: {problem}" if where else problem)
+        # Exception's own __init__: a built-in class the error is also (see like()) may want
+        # other arguments (UnicodeDecodeError takes five).
+        Exception.__init__(self, f"{', '.join(where)}: {problem}" if where else problem)
+
+    def __str__(self) -> str:
+        # The message as given, whatever built-in exception the error is also (a KeyError
+        # would quote it, an OSError with an errno would format its own).
+        return str(self.args[0]) if self.args else ""
 
     def add_detail(self, detail: str) -> None:
         """Append ``detail`` to the message (what became of the data around the problem)."""
         self.args = (f"{self.args[0]}; {detail}", *self.args[1:])
+
+    @classmethod
+    def like(cls: type[E], cause: BaseException | type[BaseException]) -> type[E]:
+        """This class, made also a subclass of the built-in exception class of ``cause`` (an
+        exception or a class; its nearest built-in class other than ``Exception``), so that
+        code catching what webdataset let through in that case catches this error too. The
+        class itself where there is none, or it cannot be combined.
+
+        The combined class has this class's name, and pickles (with its instances) across
+        processes.
+
+        >>> missing = ShardOpenError.like(FileNotFoundError(2, "No such file"))("no such file")
+        >>> isinstance(missing, ShardOpenError), isinstance(missing, FileNotFoundError)
+        (True, True)
+        >>> type(missing).__name__, ShardOpenError.like(KeyError) is ShardOpenError.like(KeyError)
+        ('ShardOpenError', True)
+        >>> SampleError.like(RuntimeError) is SampleError.like(RuntimeError("again"))
+        True
+        """
+        builtin = _builtin_class(cause if isinstance(cause, type) else type(cause))
+        if builtin is None or issubclass(cls, builtin):
+            return cls
+        return _combined(cls, builtin)
 
 
 class ShardError(WdsError):
     """A shard as a whole cannot be read."""
 
 
-class ShardOpenError(ShardError):
-    """A shard cannot be opened: missing file, unreadable path, unsupported URL scheme."""
+class ShardOpenError(ShardError, OSError):
+    """A shard cannot be opened: missing file, unreadable path, unsupported URL scheme.
+
+    An ``OSError``, as webdataset's failures to open were: for a missing file also a
+    ``FileNotFoundError`` (and so on, by the cause), for an unknown scheme also a
+    ``ValueError``."""
 
 
-class CommandError(ShardError):
-    """The command of a ``pipe:`` URL exited with a failure status."""
+class CommandError(ShardError, OSError):
+    """The command of a ``pipe:`` URL exited with a failure status (an ``OSError``, as in
+    webdataset)."""
 
     def __init__(
         self,
@@ -117,7 +169,8 @@ class TarFormatError(ShardError):
 
 
 class TruncatedShardError(TarFormatError):
-    """A shard ends early: in a header, in a member, or with no end-of-archive marker."""
+    """A shard ends early: in a header or in a member (or, with ``strict_end=True``, with no
+    end-of-archive marker after its last member)."""
 
 
 class DataAfterEndError(TarFormatError):
@@ -137,25 +190,74 @@ class SampleError(WdsError):
     """A sample is malformed."""
 
 
-class DuplicateFieldError(SampleError):
-    """A field occurs twice in one sample; the later member is the duplicate."""
+class DuplicateFieldError(SampleError, ValueError):
+    """A field occurs twice in one sample; the later member is the duplicate (a
+    ``ValueError``, as in webdataset)."""
 
 
 class DecodeError(SampleError):
     """A field cannot be decoded; the decoder's own error is the ``__cause__``."""
 
 
-class MissingFieldError(SampleError):
-    """A sample lacks a field that a stage asked for."""
+class MissingFieldError(SampleError, KeyError, ValueError):
+    """A sample lacks a field that a stage asked for: a ``KeyError`` (as webdataset's
+    ``map_dict`` raised) and a ``ValueError`` (as its ``to_tuple`` and ``rename`` raised)."""
 
 
-class CollationError(SampleError):
-    """The values of a field cannot be put into one batch (unequal shapes or types)."""
+class CollationError(SampleError, AssertionError):
+    """The values of a field cannot be put into one batch (unequal shapes or types); an
+    ``AssertionError``, as webdataset's collation raised."""
 
 
-class EncodeError(SampleError):
+class EncodeError(SampleError, ValueError):
     """A sample cannot be written: no key, a key that would read back differently, or a value
-    with no encoder for its field's extension; the encoder's own error is the ``__cause__``."""
+    with no encoder for its field's extension; the encoder's own error is the ``__cause__``.
+    A ``ValueError``, as webdataset's writer raised in those cases."""
+
+
+class _Combined(type):
+    """The metaclass of the classes :meth:`WdsError.like` makes: pickled as the call that
+    makes them again, so that they cross to other processes (a worker's error reaches the
+    main process with its class)."""
+
+
+def _reduce_combined(cls: _Combined) -> tuple[Any, ...]:
+    error_class, builtin = cls.__bases__
+    return _combined, (error_class, builtin)
+
+
+copyreg.pickle(_Combined, _reduce_combined)
+
+_COMBINED: dict[tuple[type, type], type] = {}
+_NOT_COMBINED = tuple(
+    getattr(builtins, name)
+    for name in ("StopIteration", "StopAsyncIteration", "BaseExceptionGroup")  # 3.11 and later
+    if hasattr(builtins, name)
+)
+"""Built-in classes an error is never made: they change how Python treats the exception (or,
+for exception groups, how it is built)."""
+
+
+def _builtin_class(cls: type[BaseException]) -> type[Exception] | None:
+    """The nearest built-in ancestor of ``cls`` (itself included) other than Exception."""
+    for ancestor in cls.__mro__:
+        if ancestor is Exception or not issubclass(ancestor, Exception):
+            return None
+        if ancestor.__module__ == "builtins" and not issubclass(ancestor, _NOT_COMBINED):
+            return ancestor
+    return None
+
+
+def _combined(cls: type[E], builtin: type[Exception]) -> type[E]:
+    made = _COMBINED.get((cls, builtin))
+    if made is None:
+        namespace = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
+        try:
+            made = _Combined(cls.__name__, (cls, builtin), namespace)
+        except TypeError:  # two built-in layouts (an OSError and a UnicodeError, say)
+            made = cls
+        _COMBINED[(cls, builtin)] = made
+    return made
 
 
 def sample_location(sample: object) -> dict[str, Any]:
@@ -168,6 +270,12 @@ def sample_location(sample: object) -> dict[str, Any]:
 
 class DataWarning(UserWarning):
     """Category of the warnings issued by ``warn_and_continue`` and ``warn_and_stop``."""
+
+
+class NoEndMarkerWarning(DataWarning):
+    """A tar shard ends right after a member, without the end-of-archive marker (a writer that
+    was never closed, or a cut that fell at a member's end): its members were all read. Once
+    per shard, naming it; ``strict_end=True`` makes it a :class:`TruncatedShardError`."""
 
 
 def reraise_exception(exn: Exception) -> bool:

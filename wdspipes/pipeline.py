@@ -140,10 +140,14 @@ def _apply(stage: Any, pipe: IterDataPipe[Any], position: int) -> IterDataPipe[A
 
 
 def _tarfile_to_samples(
-    source: IterDataPipe[str], handler: Handler, ignore_zeros: bool = False, **options: Any
+    source: IterDataPipe[str],
+    handler: Handler,
+    ignore_zeros: bool = False,
+    strict_end: bool = False,
+    **options: Any,
 ) -> SampleGrouper:
     opener = ShardOpener(source, handler=handler, **options)
-    loader = TarLoader(opener, handler=handler, ignore_zeros=ignore_zeros)
+    loader = TarLoader(opener, handler=handler, ignore_zeros=ignore_zeros, strict_end=strict_end)
     return SampleGrouper(loader, handler=handler)
 
 
@@ -155,14 +159,15 @@ def tarfile_to_samples(
     cache_size: int | None = DEFAULT_CACHE_SIZE,
     storage_options: StorageOptions | None = None,
     ignore_zeros: bool = False,
+    strict_end: bool = False,
 ) -> Stage:
     """Shard URLs to samples: ``open_shards().load_tar().group_samples()``, one handler for all.
 
     ``cache_dir``, ``cache_size`` and ``storage_options`` go to the opener (see
     :class:`~wdspipes.io.ShardOpener`): with a ``cache_dir``, remote shards are cached there
-    and samples carry ``__local_path__``. ``ignore_zeros`` goes to the tar loader (see
-    :class:`~wdspipes.read.tar.TarLoader`): read on past zero blocks, as in archives joined with
-    ``cat``.
+    and samples carry ``__local_path__``. ``ignore_zeros`` and ``strict_end`` go to the tar
+    loader (see :class:`~wdspipes.read.tar.TarLoader`): read on past zero blocks, as in archives
+    joined with ``cat``; refuse a shard without its end-of-archive marker.
 
     >>> tarfile_to_samples()
     _tarfile_to_samples(handler=<function reraise_exception at ...>)
@@ -170,6 +175,8 @@ def tarfile_to_samples(
     options = opener_options(cache_dir, cache_size, storage_options)
     if ignore_zeros:
         options["ignore_zeros"] = True
+    if strict_end:
+        options["strict_end"] = True
     return Stage(_tarfile_to_samples, handler=handler, **options)
 
 
@@ -184,6 +191,7 @@ def WebDataset(
     cache_size: int | None = DEFAULT_CACHE_SIZE,
     storage_options: StorageOptions | None = None,
     ignore_zeros: bool = False,
+    strict_end: bool = False,
 ) -> SampleGrouper:
     """The usual pipeline from shard URLs to samples, split among ranks and workers.
 
@@ -213,6 +221,10 @@ def WebDataset(
             (archives joined with ``cat`` are read whole); by default, bytes other than
             zeros after the end-of-archive marker are a
             :class:`~wdspipes.errors.DataAfterEndError`.
+        strict_end: a shard that ends after a member without the end-of-archive marker (a
+            writer never closed) is a :class:`~wdspipes.errors.TruncatedShardError`; by
+            default its samples are read and a :class:`~wdspipes.errors.NoEndMarkerWarning`
+            names it, as GNU tar and webdataset read it.
 
     Returns:
         A DataPipe of sample dicts; chain further stages on it (``.decode(...)`` etc.).
@@ -241,5 +253,9 @@ def WebDataset(
         shards = BufferShuffler(shards, bufsize=bufsize, initial=bufsize, seed=seed)
     options = opener_options(cache_dir, cache_size, storage_options)
     return _tarfile_to_samples(
-        ShardingFilterIterDataPipe(shards), handler, ignore_zeros=ignore_zeros, **options
+        ShardingFilterIterDataPipe(shards),
+        handler,
+        ignore_zeros=ignore_zeros,
+        strict_end=strict_end,
+        **options,
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +31,7 @@ from wdspipes.cli.common import (
     summarize,
 )
 from wdspipes.core.names import is_meta, split_name
-from wdspipes.errors import DataAfterEndError, WdsError
+from wdspipes.errors import DataAfterEndError, NoEndMarkerWarning, WdsError
 from wdspipes.io.opener import ByteStream, close_quietly, open_url, shard_failure
 from wdspipes.read.tar import detect_compression, iter_tar
 
@@ -168,7 +169,8 @@ def read_shard(url: str, *, ignore_zeros: bool = False) -> ShardReport:
     """Read the shard at ``url`` to its end and report on it; a shard that cannot be opened
     or read is a ``read-error`` problem, with what was read before the damage counted; bytes
     after the end-of-archive marker a ``data-after-end`` one (read on past zero blocks
-    instead with ``ignore_zeros``)."""
+    instead with ``ignore_zeros``); a shard ending after a member without the marker a
+    ``no-end-marker`` one (``wdspipes cat`` writes it again with one)."""
     report = ShardReport(url)
     try:
         opened = open_url(url)
@@ -178,8 +180,17 @@ def read_shard(url: str, *, ignore_zeros: bool = False) -> ShardReport:
         return report
     file_size = _file_size(opened)
     try:
-        for name, data, offset, _ in iter_tar(stream, url, ignore_zeros=ignore_zeros):
-            report.add_member(name, data, offset)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", NoEndMarkerWarning)
+            for name, data, offset, _ in iter_tar(stream, url, ignore_zeros=ignore_zeros):
+                report.add_member(name, data, offset)
+        for warning in caught:
+            if isinstance(warning.message, NoEndMarkerWarning):
+                report.problem("no-end-marker", str(warning.message), None, stream.size)
+            else:
+                warnings.warn_explicit(
+                    warning.message, warning.category, warning.filename, warning.lineno
+                )
         stream.close()  # a pipe: command reports its exit status here
     except WdsError as exn:
         error = shard_failure(exn, url, stream)  # a pipe: command's status explains it better

@@ -55,18 +55,20 @@ def open_file(url: str) -> BinaryIO:
     """Open a local path or ``file:`` URL for reading.
 
     Raises:
-        ShardOpenError: the file is missing, a directory, or unreadable.
+        ShardOpenError: the file is missing, a directory, or unreadable; also the
+            ``OSError`` subclass ``open`` raised (``FileNotFoundError``, ...).
     """
     path = local_path(url) or url
     shown = "" if path == url else f" ({path})"  # the error names the URL already
     try:
         return open(path, "rb", buffering=BUFFER_SIZE)
     except FileNotFoundError as exn:
-        raise ShardOpenError(f"no such file{shown}", url=url) from exn
+        raise ShardOpenError.like(exn)(f"no such file{shown}", url=url) from exn
     except IsADirectoryError as exn:
-        raise ShardOpenError(f"is a directory, not a shard{shown}", url=url) from exn
+        raise ShardOpenError.like(exn)(f"is a directory, not a shard{shown}", url=url) from exn
     except OSError as exn:
-        raise ShardOpenError(f"cannot open{shown}: {exn.strerror or exn}", url=url) from exn
+        problem = f"cannot open{shown}: {exn.strerror or exn}"
+        raise ShardOpenError.like(exn)(problem, url=url) from exn
 
 
 class _Stdin:

@@ -125,7 +125,8 @@ def open_url(url: str, *, storage_options: Mapping[str, Any] | None = None) -> B
 
     Raises:
         ShardOpenError: the URL is not a string, its scheme is unknown, the package that reads
-            it is not installed, or opening failed.
+            it is not installed, or opening failed. An ``OSError`` (a ``FileNotFoundError``
+            for a missing file, ...), for an unknown scheme also a ``ValueError``.
 
     >>> open_url("gopher://example/a.tar")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
@@ -145,15 +146,17 @@ supported: ...file:, ...pipe:, ...'-' for stdin, plain paths, and the schemes fs
         if scheme in STORE_EXTRAS or scheme in fsspec_protocols():
             return open_fsspec(url, storage_options)
         supported = ", ".join(f"{known}:" for known in sorted(SCHEMES))
-        raise ShardOpenError(
+        raise ShardOpenError.like(ValueError)(  # webdataset: a ValueError
             f"unknown URL scheme {scheme!r}; supported: {supported}, "
             "'-' for stdin, plain paths, and the schemes fsspec knows (s3:, gs:, az:, hf:, ...)",
             url=url,
         )
     try:
         return opener(url)
+    except WdsError:
+        raise
     except OSError as exn:
-        raise ShardOpenError(f"cannot open: {exn}", url=url) from exn
+        raise ShardOpenError.like(exn)(f"cannot open: {exn}", url=url) from exn
 
 
 def close_quietly(stream: ByteStream) -> None:
@@ -337,6 +340,8 @@ class ShardOpener(StageDataPipe[ShardStream]):
             return self._open_url(url)
         try:
             return self.cache.open(url, self._open_url)
+        except WdsError:  # the shard's own failure (an OSError too)
+            raise
         except OSError as exn:
             raise ShardOpenError(f"cannot open through the shard cache: {exn}", url=url) from exn
 

@@ -100,11 +100,11 @@ def open_fsspec(url: str, storage_options: Mapping[str, Any] | None = None) -> F
     try:
         file = fs.open(path, "rb", block_size=MAX_BLOCK_SIZE, cache_type="none")
     except FileNotFoundError as exn:
-        raise ShardOpenError(f"not found: {exn}", url=url) from exn
+        raise ShardOpenError.like(exn)(f"not found: {exn}", url=url) from exn
     except IsADirectoryError as exn:
-        raise ShardOpenError("is a directory, not a shard", url=url) from exn
+        raise ShardOpenError.like(exn)("is a directory, not a shard", url=url) from exn
     except PermissionError as exn:
-        raise ShardOpenError(f"access denied: {exn}", url=url) from exn
+        raise ShardOpenError.like(exn)(f"access denied: {exn}", url=url) from exn
     except Exception as exn:
         raise ShardOpenError(f"cannot open: {_describe(exn)}", url=url) from exn
     details = getattr(file, "details", None)

@@ -7,14 +7,23 @@ files (:func:`~wdspipes.core.names.is_meta`) are skipped.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
+from typing import Any
 
 from torch.utils.data import IterDataPipe
 
 from wdspipes.core.curried import Stage, stage_factory
 from wdspipes.core.datapipe import Sample, functional_stage
 from wdspipes.core.names import is_meta, split_name
-from wdspipes.errors import DuplicateFieldError, Handler, ResumeError, handle, reraise_exception
+from wdspipes.errors import (
+    DuplicateFieldError,
+    Handler,
+    NoEndMarkerWarning,
+    ResumeError,
+    handle,
+    reraise_exception,
+)
 from wdspipes.io.opener import ByteStream, ShardOpener
 from wdspipes.read.positions import END, SampleReader, ShardCursor
 from wdspipes.read.tar import Member, TarLoader, TarMember, _TarWalk
@@ -88,8 +97,12 @@ class SampleGrouper(SampleReader):
         local_path = None
         ref = (0, 0)
         places = self.places
+        width = 0  # the entries of the sample yielded last from this shard (0: none yet)
         for name, data, offset, url in members:
             if offset <= last_offset or url != last_url:
+                if cursor.unmarked_end is not None and sample is not None:
+                    sample = self._last_of_unmarked(sample, width, cursor)
+                width = 0
                 if offset < 0:  # FAILED: the shard broke off
                     if sample is not None and ref[0] == cursor.number:
                         end = self._whole_until(cursor, sample["__key__"])
@@ -127,6 +140,7 @@ class SampleGrouper(SampleReader):
                 if sample is not None:
                     self.next_offset = offset
                     places.last = ref
+                    width = len(sample)
                     yield sample
                 ref = (cursor.number, offset)
                 if local_path is None:
@@ -142,9 +156,33 @@ class SampleGrouper(SampleReader):
                 return
             sample[field] = data
         self.next_offset = END
+        if cursor.unmarked_end is not None and sample is not None:
+            sample = self._last_of_unmarked(sample, width, cursor)
         if sample is not None:
             places.last = ref
             yield sample
+
+    @staticmethod
+    def _last_of_unmarked(sample: Sample, width: int, cursor: ShardCursor) -> Sample | None:
+        """The last sample of a shard that ended after a member without the end-of-archive
+        marker, if it is known whole: it has as many fields as the sample before it in the
+        shard. Warns either way; None (dropped) if it may lack members."""
+        problem, cursor.unmarked_end = cursor.unmarked_end, None
+        whole = width > 0 and len(sample) >= width
+        if whole:
+            verdict = "its samples were read"
+        else:
+            against = "the sample before it" if width else "another sample (it is the only one)"
+            verdict = (
+                f"its last sample {sample['__key__']!r} was dropped: it may lack members (it "
+                f"cannot be checked against {against})"
+            )
+            if width:
+                verdict = verdict.replace("cannot be checked against", "has fewer fields than")
+        warnings.warn(
+            NoEndMarkerWarning(f"{problem}: {verdict}; strict_end=True refuses it"), stacklevel=3
+        )
+        return sample if whole else None
 
     @staticmethod
     def _whole_until(cursor: ShardCursor, key: str) -> int | None:
@@ -173,16 +211,16 @@ class SampleGrouper(SampleReader):
     def _collect(self, stream: ByteStream, url: str, offsets: list[int]) -> dict[int, Sample]:
         cursor = ShardCursor()
         cursor.local_path = getattr(stream, "local_path", None)
-        ignore_zeros = self._loader()[0].ignore_zeros
+        options = self._loader()[0].walk_options()
         samples: dict[int, Sample] = {}
         if getattr(stream, "seekable", lambda: False)():
             for offset in offsets:
                 stream.seek(0)  # type: ignore[attr-defined]
-                walk = _TarWalk(stream, url, offset, ignore_zeros=ignore_zeros).members()
+                walk = _quiet_walk(stream, url, offset, options)
                 samples[offset] = next(self._grouped(walk, cursor))
             return samples
         wanted = set(offsets)
-        walk = _TarWalk(stream, url, offsets[0], ignore_zeros=ignore_zeros).members()
+        walk = _quiet_walk(stream, url, offsets[0], options)
         for sample in self._grouped(walk, cursor):
             offset = self.places.last[1]
             if offset in wanted:
@@ -206,3 +244,15 @@ class SampleGrouper(SampleReader):
 def group_by_keys(handler: Handler = reraise_exception) -> Stage:
     """The grouper stage for ``DataPipeline(...)``: ``group_samples(handler=handler)``."""
     return Stage(SampleGrouper, handler=handler)
+
+
+def _quiet_walk(stream: ByteStream, url: str, start: int, options: dict[str, bool]) -> Any:
+    """The members of a shard from ``start``, read again to restore samples delivered before:
+    a missing end-of-archive marker was reported then, and is not again."""
+    walk = _TarWalk(stream, url, start, **options)
+    walk.unmarked_end = _already_reported
+    return walk.members()
+
+
+def _already_reported(problem: str) -> None:
+    return None

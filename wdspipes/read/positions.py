@@ -43,10 +43,18 @@ class ShardCursor:
 
     When the shard fails, the loader notes the member it failed in and where, if known
     (``failed_member``, ``failed_offset``), and the reader the key of the sample it dropped
-    because it may lack members (``dropped``).
+    because it may lack members (``dropped``). When a shard ends after a member without the
+    end-of-archive marker, the loader says so in ``unmarked_end``.
     """
 
-    __slots__ = ("dropped", "failed_member", "failed_offset", "local_path", "number")
+    __slots__ = (
+        "dropped",
+        "failed_member",
+        "failed_offset",
+        "local_path",
+        "number",
+        "unmarked_end",
+    )
 
     def __init__(self) -> None:
         self.number = 0
@@ -54,6 +62,12 @@ class ShardCursor:
         self.failed_member: str | None = None
         self.failed_offset: int | None = None
         self.dropped: str | None = None
+        self.unmarked_end: str | None = None
+
+    def note_unmarked_end(self, problem: str) -> None:
+        """The shard just read ended after a member without the end-of-archive marker: the
+        reader judges its last sample (see ``group_samples``) and warns."""
+        self.unmarked_end = problem
 
 
 def read_shards(

@@ -4,11 +4,16 @@ Reads ustar, GNU (``L``/``K`` long names and link names) and PAX (``x`` headers 
 path and size, ``g`` global headers) archives in one forward pass, yielding every regular
 file as a :class:`TarMember`. Directories, links, devices and FIFOs are skipped. A shard
 compressed as a whole with gzip, bzip2, xz or zstd (with ``zstandard`` installed) is
-recognised by its magic bytes. Header checksums are verified; a shard that ends early
-anywhere, including right after a member with no end-of-archive marker, is an error that
-names the URL, the member and the byte offset (in the uncompressed tar stream). A compressed
-shard cut short gives every member decompressed before the cut, then that error, which also
-says where the compressed data ends.
+recognised by its magic bytes. Header checksums are verified; a shard that ends early inside
+a header or a member's data is an error that names the URL, the member and the byte offset
+(in the uncompressed tar stream). A compressed shard cut short gives every member
+decompressed before the cut, then that error, which also says where the compressed data ends.
+
+A shard that ends exactly after a member, with no end-of-archive marker (a writer that was
+never closed), is read whole, as GNU tar, bsdtar and webdataset read it, with a
+:class:`~wdspipes.errors.NoEndMarkerWarning` naming it; ``strict_end=True`` makes it a
+:class:`~wdspipes.errors.TruncatedShardError` instead: a shard cut by accident exactly at a
+member's end looks the same.
 
 The end-of-archive marker is a zero block. Bytes other than zeros after it (archives joined
 with ``cat``, or a header zeroed by damage) are a :class:`~wdspipes.errors.DataAfterEndError`,
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import io
 import struct
+import warnings
 import zlib
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
@@ -43,6 +49,7 @@ from wdspipes.core.resumable import Place
 from wdspipes.errors import (
     DataAfterEndError,
     Handler,
+    NoEndMarkerWarning,
     ShardError,
     TarFormatError,
     TruncatedShardError,
@@ -106,7 +113,9 @@ class TarMember(NamedTuple):
     url: str
 
 
-def iter_tar(stream: ByteStream, url: str, *, ignore_zeros: bool = False) -> Iterator[TarMember]:
+def iter_tar(
+    stream: ByteStream, url: str, *, ignore_zeros: bool = False, strict_end: bool = False
+) -> Iterator[TarMember]:
     """Yield the regular files of the tar archive in ``stream`` (named ``url`` in errors).
 
     Reads to the end of the stream (so that a command feeding it finishes, a compressed
@@ -119,34 +128,57 @@ def iter_tar(stream: ByteStream, url: str, *, ignore_zeros: bool = False) -> Ite
         ignore_zeros: read on past zero blocks (an end-of-archive marker followed by more
             members, as in archives joined with ``cat``) instead of raising
             :class:`~wdspipes.errors.DataAfterEndError`.
+        strict_end: a shard that ends after a member without the end-of-archive marker is a
+            :class:`~wdspipes.errors.TruncatedShardError`, not a warning.
+
+    Warns:
+        NoEndMarkerWarning: the shard ends after a member without the end-of-archive marker;
+            every member was read.
 
     Raises:
-        TruncatedShardError: the archive ends early.
+        TruncatedShardError: the archive ends early, inside a header or a member's data.
         DataAfterEndError: bytes other than zeros follow the end-of-archive marker.
         TarFormatError: a header is corrupt, or a member is of an unsupported kind (sparse).
         ShardError: reading the stream failed.
     """
-    for member in iter_tar_tuples(stream, url, ignore_zeros=ignore_zeros):
+    for member in iter_tar_tuples(stream, url, ignore_zeros=ignore_zeros, strict_end=strict_end):
         yield TarMember._make(member)
 
 
 def iter_tar_tuples(
-    stream: ByteStream, url: str, *, ignore_zeros: bool = False
+    stream: ByteStream, url: str, *, ignore_zeros: bool = False, strict_end: bool = False
 ) -> Iterator[Member]:
     """:func:`iter_tar` yielding plain ``(name, data, offset, url)`` tuples: the fast path."""
-    return _TarWalk(stream, url, ignore_zeros=ignore_zeros).members()
+    return _TarWalk(stream, url, ignore_zeros=ignore_zeros, strict_end=strict_end).members()
+
+
+def _warn_unmarked(problem: str) -> None:
+    warnings.warn(
+        NoEndMarkerWarning(f"{problem}: its members were read; strict_end=True refuses it"),
+        stacklevel=4,
+    )
 
 
 class _TarWalk:
     """One forward pass over an archive: position, pending extension headers, last member."""
 
     def __init__(
-        self, stream: ByteStream, url: str, start: int = 0, *, ignore_zeros: bool = False
+        self,
+        stream: ByteStream,
+        url: str,
+        start: int = 0,
+        *,
+        ignore_zeros: bool = False,
+        strict_end: bool = False,
     ) -> None:
         self.stream = stream
         self.url = url
         self.start = start  # where the walk begins: a member's first header (see skip)
         self.ignore_zeros = ignore_zeros
+        self.strict_end = strict_end
+        self.unmarked_end: Callable[[str], None] = _warn_unmarked
+        """Told when the shard ends after a member without the end-of-archive marker (not
+        ``strict_end``): warns by default; a reader grouping samples judges the last one."""
         self.inflated: Inflated | None = None  # the decompressor's output, if compressed
         self.offset = 0  # of the header being read
         self.member: str | None = None  # last member seen, to locate errors
@@ -273,6 +305,7 @@ class _TarWalk:
         while True:
             if len(header) != BLOCK:
                 self._end_without_marker(len(header))
+                return b""
             if header != _ZERO_BLOCK:
                 self._check(header)
                 return header
@@ -453,11 +486,28 @@ class _TarWalk:
         return records
 
     def _end_without_marker(self, got: int) -> None:
+        """The stream ended where a header should be, after ``got`` bytes of it: raise, or
+        warn where it ended right after a whole member (a writer never closed)."""
         if got:
             raise self.truncated(f"header ends after {got} of {BLOCK} bytes")
         if self.offset == 0:
             raise self.truncated("the shard is empty (0 bytes)")
-        raise self.truncated("the shard ends without the end-of-archive marker: it was cut short")
+        if self.offset % BLOCK:
+            raise self.truncated(
+                f"the shard ends {BLOCK - self.offset % BLOCK} bytes short of the padding after "
+                "the last member's data: it was cut short"
+            )
+        inflated = self.inflated
+        if self.strict_end or self.pending or (inflated is not None and inflated.cut):
+            raise self.truncated(
+                "the shard ends without the end-of-archive marker: it was cut short, or its "
+                "writer was never closed"
+            )
+        self.unmarked_end(
+            f"{self.url}: the shard ends at byte {self.offset}, after member {self.member!r}, "
+            "without the end-of-archive marker (a writer never closed, or a cut at a member's "
+            "end)"
+        )
 
     def truncated(self, problem: str, in_member: bool = False) -> TruncatedShardError:
         """An error for a shard ending early at the current offset: inside the current member
@@ -576,6 +626,9 @@ class TarLoader(StageDataPipe[TarMember]):
         ignore_zeros: read on past zero blocks, as GNU tar's ``--ignore-zeros``: archives
             joined with ``cat`` are read whole. By default, bytes other than zeros after the
             end-of-archive marker are a :class:`~wdspipes.errors.DataAfterEndError`.
+        strict_end: a shard ending after a member without the end-of-archive marker is a
+            :class:`~wdspipes.errors.TruncatedShardError` (through ``handler``); by default
+            its members are read and a :class:`~wdspipes.errors.NoEndMarkerWarning` names it.
 
     Yields:
         :class:`TarMember` ``(name, data, offset, url)`` for each regular file.
@@ -602,15 +655,25 @@ class TarLoader(StageDataPipe[TarMember]):
         handler: Handler = reraise_exception,
         *,
         ignore_zeros: bool = False,
+        strict_end: bool = False,
     ) -> None:
         super().__init__()
         self.source_datapipe = source_datapipe
         self.handler = handler
         self.ignore_zeros = ignore_zeros
+        self.strict_end = strict_end
+        self.unmarked_end: Callable[[str], None] = _warn_unmarked
+        """Told when the shard ends after a member without the end-of-archive marker (not
+        ``strict_end``): warns by default; a reader grouping samples judges the last one."""
 
     def __iter__(self) -> Iterator[TarMember]:
         for member in self.iter_members():
             yield TarMember._make(member)
+
+    def walk_options(self) -> dict[str, bool]:
+        """How each shard is walked: the ``ignore_zeros`` and ``strict_end`` options (the
+        reader after it reads parts of shards again with them when resuming)."""
+        return {"ignore_zeros": self.ignore_zeros, "strict_end": self.strict_end}
 
     def replay_state(self) -> None:
         """Nothing: the reader after it, ``group_samples``, keeps the place of each sample and
@@ -636,11 +699,24 @@ class TarLoader(StageDataPipe[TarMember]):
                 to go on from, when resuming (see :func:`~wdspipes.read.positions.read_shards`).
         """
         if cursor is None:
-            return read_shards(self.source_datapipe, self._walk, self.handler, ShardCursor(), start)
-        return read_shards(self.source_datapipe, self._walk, self.handler, cursor, start, FAILED)
+            walk = self._walker(self.unmarked_end)
+            return read_shards(self.source_datapipe, walk, self.handler, ShardCursor(), start)
+        walk = self._walker(cursor.note_unmarked_end)
+        return read_shards(self.source_datapipe, walk, self.handler, cursor, start, FAILED)
 
-    def _walk(self, url: str, stream: ByteStream, start: int) -> Iterator[Member]:
-        return _TarWalk(stream, url, start, ignore_zeros=self.ignore_zeros).members()
+    def _walker(
+        self, unmarked_end: Callable[[str], None]
+    ) -> Callable[[str, ByteStream, int], Iterator[Member]]:
+        """How each shard is read: walked with this loader's options from byte ``start``,
+        telling ``unmarked_end`` of a shard that ends without the end-of-archive marker."""
+        options = self.walk_options()
+
+        def walk(url: str, stream: ByteStream, start: int) -> Iterator[Member]:
+            tar = _TarWalk(stream, url, start, **options)
+            tar.unmarked_end = unmarked_end
+            return tar.members()
+
+        return walk
 
 
 FAILED: Member = ("", b"", -1, "")
@@ -648,6 +724,8 @@ FAILED: Member = ("", b"", -1, "")
 
 
 @stage_factory
-def tar_file_expander(handler: Handler = reraise_exception, *, ignore_zeros: bool = False) -> Stage:
+def tar_file_expander(
+    handler: Handler = reraise_exception, *, ignore_zeros: bool = False, strict_end: bool = False
+) -> Stage:
     """The tar loader stage for ``DataPipeline(...)``: ``load_tar(handler=handler)``."""
-    return Stage(TarLoader, handler=handler, ignore_zeros=ignore_zeros)
+    return Stage(TarLoader, handler=handler, ignore_zeros=ignore_zeros, strict_end=strict_end)

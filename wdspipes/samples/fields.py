@@ -244,7 +244,7 @@ def _apply(fn: Callable[[Any], Any], value: Any, sample: Any, field: str | None)
         return fn(value)
     except Exception as exn:
         name = getattr(fn, "__name__", repr(fn))
-        raise SampleError(
+        raise SampleError.like(exn)(  # also a ValueError where fn raised one, as in webdataset
             f"{name} failed: {type(exn).__name__}: {exn}", field=field, **sample_location(sample)
         ) from exn
 
