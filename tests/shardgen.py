@@ -1,4 +1,5 @@
-"""Writers of test shards: in-memory tar bytes, shard files, raw headers for malformed archives."""
+"""Writers of test shards: in-memory tar bytes, shard files, raw headers for malformed archives;
+and :class:`Shards`, the type of the shard fixtures (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,27 @@ import subprocess
 import sys
 import tarfile
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 BLOCK = 512
+
+
+@dataclass(frozen=True)
+class Shards:
+    """Shard files written for tests: their ``paths`` in order, and a ``spec`` that names them
+    all in one brace pattern, as a user would write it (``.../s-{0..7}.tar``)."""
+
+    paths: list[str]
+    spec: str
+
+    @classmethod
+    def numbered(cls, directory: Path, stem: str, count: int, suffix: str = ".tar") -> Shards:
+        """The shards ``{directory}/{stem}-0{suffix}`` to ``-{count - 1}``."""
+        paths = [f"{directory}/{stem}-{index}{suffix}" for index in range(count)]
+        return cls(paths, f"{directory}/{stem}-{{0..{count - 1}}}{suffix}")
 
 
 def make_tar(members: Iterable[tuple[str, bytes]], format: int = tarfile.USTAR_FORMAT) -> bytes:

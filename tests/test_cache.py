@@ -390,6 +390,7 @@ def tag_reader(sample: Sample) -> Sample:
     return sample
 
 
+@pytest.mark.loaders
 def test_two_dataloader_workers_racing_on_one_shard(tmp_path: Path, paths: list[str]) -> None:
     """Worker 0 reads shards [S, A], worker 1 [S, B], both starting with S at once. S's command
     waits (up to 30 s) until it has been started twice: so the second reader opens S while the
@@ -434,6 +435,7 @@ def _read_in_process(urls: list[str], cache: str, results: Any) -> None:
     results.put((os.getpid(), keys))
 
 
+@pytest.mark.loaders
 def test_processes_racing_on_the_same_shards(tmp_path: Path, paths: list[str]) -> None:
     """Three processes read the same four shards at once, each in its own order."""
     import multiprocessing

@@ -37,6 +37,7 @@ import pytest
 import shardgen
 import torch
 from PIL import Image
+from shardgen import Shards
 from torch.utils.data.datapipes.iter import IterableWrapper
 
 import wdspipes as wds
@@ -220,7 +221,7 @@ def write_shard(path: Path, samples: dict[str, Fields]) -> str:
 
 
 @pytest.fixture(scope="module")
-def urls(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+def decoder_shards(tmp_path_factory: pytest.TempPathFactory) -> Shards:
     """Two shards: images (and a little text) in one, basic fields in the other."""
     directory = tmp_path_factory.mktemp("decoders")
     images = {"img-0": IMAGE_FIELDS, "img-1": {"jpg": IMAGE_FIELDS["jpg"], "txt": b"second"}}
@@ -228,10 +229,11 @@ def urls(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
         "basic-0": BASIC_FIELDS,
         "basic-1": {"cls": b"1", "txt": b"x", "png": IMAGE_FIELDS["grey.png"]},
     }
-    return [
+    paths = [
         write_shard(directory / "images.tar", images),
         write_shard(directory / "basics.tar", basics),
     ]
+    return Shards(paths, "::".join(paths))
 
 
 # --- Running both libraries -----------------------------------------------------------------------
@@ -373,8 +375,8 @@ def test_the_17_specs_are_webdataset_s() -> None:
 
 
 @pytest.mark.parametrize("spec", list(SPECS))
-def test_image_spec_matches_webdataset(urls: list[str], spec: str) -> None:
-    ours, ref = run_ours(urls, spec), run_reference(urls, spec)
+def test_image_spec_matches_webdataset(decoder_shards: Shards, spec: str) -> None:
+    ours, ref = run_ours(decoder_shards.paths, spec), run_reference(decoder_shards.paths, spec)
     assert assert_samples_same(ours, ref) >= len(IMAGE_FIELDS) + len(BASIC_FIELDS)
     images = ours[0]
     for field in IMAGE_FIELDS:
@@ -385,15 +387,15 @@ def test_image_spec_matches_webdataset(urls: list[str], spec: str) -> None:
 
 
 @pytest.mark.parametrize("spec", list(SPECS))
-def test_lossless_images_decode_to_the_pixels_written(urls: list[str], spec: str) -> None:
-    images = run_ours(urls[:1], spec)[0]
+def test_lossless_images_decode_to_the_pixels_written(decoder_shards: Shards, spec: str) -> None:
+    images = run_ours(decoder_shards.paths[:1], spec)[0]
     for field, (source, _) in LOSSLESS_IMAGES.items():
         assert_same(images[field], expected_image(spec, SOURCES[source]), f"{spec} {field}")
     assert_same(images["png.gz"], expected_image(spec, SOURCES["rgba"]), f"{spec} png.gz")
 
 
-def test_default_decoders_match_webdataset(urls: list[str]) -> None:
-    ours, ref = run_ours(urls), run_reference(urls)
+def test_default_decoders_match_webdataset(decoder_shards: Shards) -> None:
+    ours, ref = run_ours(decoder_shards.paths), run_reference(decoder_shards.paths)
     assert assert_samples_same(ours, ref) >= len(IMAGE_FIELDS) + len(BASIC_FIELDS)
     images = ours[0]
     for field, data in IMAGE_FIELDS.items():
@@ -403,13 +405,13 @@ def test_default_decoders_match_webdataset(urls: list[str]) -> None:
     basics = next(s for s in ours if s["__key__"] == "basic-0")
     for field, value in BASIC_VALUES.items():
         assert_same(basics[field.lower()], value, field)
-    assert basics["__url__"] == urls[1] and basics["__key__"] == "basic-0"
+    assert basics["__url__"] == decoder_shards.paths[1] and basics["__key__"] == "basic-0"
 
 
 @pytest.mark.parametrize("spec", ["torchrgb", "pilrgba", "l8"])
-def test_functional_webdataset_form_matches_webdataset(urls: list[str], spec: str) -> None:
-    ours = list(wds.WebDataset(urls).decode(spec))
-    assert assert_samples_same(ours, run_reference(urls, spec)) > len(IMAGE_FIELDS)
+def test_functional_webdataset_form_matches_webdataset(decoder_shards: Shards, spec: str) -> None:
+    ours = list(wds.WebDataset(decoder_shards.paths).decode(spec))
+    assert assert_samples_same(ours, run_reference(decoder_shards.paths, spec)) > len(IMAGE_FIELDS)
     assert_image_kind(ours[0]["upper.jpg"], spec, "upper.JPG")
     assert_image_kind(ours[0]["jpeg"], spec, "JPEG")
 
@@ -422,9 +424,9 @@ ONLY_CASES = {
 
 
 @pytest.mark.parametrize(("spec", "only"), ONLY_CASES.values(), ids=ONLY_CASES)
-def test_only_matches_webdataset(urls: list[str], spec: str, only: Any) -> None:
-    ours = run_ours(urls, spec, only=only)
-    assert_samples_same(ours, run_reference(urls, spec, only=only))
+def test_only_matches_webdataset(decoder_shards: Shards, spec: str, only: Any) -> None:
+    ours = run_ours(decoder_shards.paths, spec, only=only)
+    assert_samples_same(ours, run_reference(decoder_shards.paths, spec, only=only))
     names = set(only.split() if isinstance(only, str) else only)
     present = {field for sample in ours for field in sample}
     assert names <= present, "every field named in only= occurs in the shards"
@@ -437,8 +439,8 @@ def test_only_matches_webdataset(urls: list[str], spec: str, only: Any) -> None:
         assert isinstance(sample["__key__"], str)
 
 
-def test_decode_in_a_pipeline_with_only_jpg(urls: list[str]) -> None:
-    samples = run_ours(urls[:1], "rgb8", only=["jpg"])
+def test_decode_in_a_pipeline_with_only_jpg(decoder_shards: Shards) -> None:
+    samples = run_ours(decoder_shards.paths[:1], "rgb8", only=["jpg"])
     assert [s["__key__"] for s in samples] == ["img-0", "img-1"]
     for sample in samples:
         assert_image_kind(sample["jpg"], "rgb8", "jpg")
@@ -605,11 +607,11 @@ def test_handle_extension(pattern: str, matching: set[str]) -> None:
         assert result == reference, field
 
 
-def test_handle_extension_comes_before_image_specs_and_basics(urls: list[str]) -> None:
+def test_handle_extension_comes_before_image_specs_and_basics(decoder_shards: Shards) -> None:
     handlers = (wds.handle_extension("seg.png txt", tagged("mine")), "rgb8")
     ref_handlers = (refautodecode.handle_extension("seg.png txt", tagged("mine")), "rgb8")
-    ours = run_ours(urls, *handlers)
-    assert_samples_same(ours, run_reference(urls, *ref_handlers))
+    ours = run_ours(decoder_shards.paths, *handlers)
+    assert_samples_same(ours, run_reference(decoder_shards.paths, *ref_handlers))
     images = ours[0]
     assert images["seg.png"] == ("mine", len(IMAGE_FIELDS["seg.png"]))
     assert_image_kind(images["png"], "rgb8", "png")
@@ -663,12 +665,12 @@ def test_a_handler_answer_ends_the_chain() -> None:
     assert decoded == {"__key__": "k", "cls": 0, "txt": "t"} and calls == [".cls", ".txt"]
 
 
-def test_unknown_spec_is_a_value_error_naming_the_known_ones(urls: list[str]) -> None:
+def test_unknown_spec_is_a_value_error_naming_the_known_ones(decoder_shards: Shards) -> None:
     with pytest.raises(ValueError, match=r"'rgb16'") as caught:
         IterableWrapper([]).decode("rgb16")
     assert all(spec in str(caught.value).split() for spec in SPECS)
     with pytest.raises(ValueError, match=r"'RGB8'"):
-        wds.DataPipeline(urls, wds.tarfile_to_samples(), wds.decode("RGB8"))
+        wds.DataPipeline(decoder_shards.paths, wds.tarfile_to_samples(), wds.decode("RGB8"))
     with pytest.raises(TypeError, match=r"handler 1"):
         IterableWrapper([]).decode("rgb8", 42)
 
@@ -797,8 +799,11 @@ def test_extra_image_formats_decode_where_webdataset_leaves_bytes() -> None:
 
 
 @pytest.mark.parametrize("spec", [s for s, (lib, _, _) in SPECS.items() if lib == "numpy"])
-def test_numpy_arrays_are_writable(urls: list[str], spec: str) -> None:
-    ours, ref = run_ours(urls[:1], spec)[0], run_reference(urls[:1], spec)[0]
+def test_numpy_arrays_are_writable(decoder_shards: Shards, spec: str) -> None:
+    ours, ref = (
+        run_ours(decoder_shards.paths[:1], spec)[0],
+        run_reference(decoder_shards.paths[:1], spec)[0],
+    )
     for field in map(str.lower, IMAGE_FIELDS):
         assert ours[field].flags.writeable, field
         ours[field][0, 0] = 0  # and writing to one does not fail

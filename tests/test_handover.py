@@ -120,6 +120,7 @@ def _drop_batches(connection: Any) -> None:
     connection.send(0 if pool is None else len(pool.slots))
 
 
+@pytest.mark.loaders
 def test_a_batch_never_sent_frees_its_slot_when_dropped() -> None:
     receiving, sending = multiprocessing.get_context("fork").Pipe(duplex=False)
     child = multiprocessing.get_context("fork").Process(target=_drop_batches, args=(sending,))

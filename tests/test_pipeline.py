@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shardgen import write_shards
+from shardgen import Shards, write_shards
 from torch.utils.data.datapipes.iter import IterableWrapper
 from torch.utils.data.datapipes.iter.sharding import (
     SHARDING_PRIORITIES,
@@ -19,11 +19,6 @@ from torch.utils.data.graph import traverse_dps
 from torch.utils.data.graph_settings import get_all_graph_pipes
 
 import wdspipes as wds
-
-
-@pytest.fixture
-def urls(tmp_path: Path) -> list[str]:
-    return write_shards(tmp_path, 4, 5)
 
 
 def keys(pipe: Any) -> list[str]:
@@ -47,55 +42,64 @@ def add_one(samples: Iterator[dict[str, Any]], field: str) -> Iterator[dict[str,
         yield {**sample, field: int(sample["cls"].split(b"/")[0].replace(b"-", b"")) + 1}
 
 
-def test_three_ways_give_the_same_samples(urls: list[str]) -> None:
-    explicit = wds.DataPipeline(wds.SimpleShardList(urls), wds.tarfile_to_samples())
-    chained = wds.ShardList(urls).open_shards().load_tar().group_samples()
-    convenient = wds.WebDataset(urls)
-    assert keys(explicit) == keys(chained) == keys(convenient) == all_keys(urls)
+def test_three_ways_give_the_same_samples(small_shards: Shards) -> None:
+    explicit = wds.DataPipeline(wds.SimpleShardList(small_shards.paths), wds.tarfile_to_samples())
+    chained = wds.ShardList(small_shards.paths).open_shards().load_tar().group_samples()
+    convenient = wds.WebDataset(small_shards.paths)
+    assert keys(explicit) == keys(chained) == keys(convenient) == all_keys(small_shards.paths)
 
 
-def test_architecture_chaining_example(urls: list[str]) -> None:
-    pipe = wds.ShardList(urls).shuffle().sharding_filter().open_shards().load_tar().group_samples()
-    assert sorted(keys(pipe)) == all_keys(urls)
+def test_architecture_chaining_example(small_shards: Shards) -> None:
+    pipe = (
+        wds.ShardList(small_shards.paths)
+        .shuffle()
+        .sharding_filter()
+        .open_shards()
+        .load_tar()
+        .group_samples()
+    )
+    assert sorted(keys(pipe)) == all_keys(small_shards.paths)
 
 
 @pytest.mark.parametrize(
     "source",
     ["list", "spec-string", "datapipe"],
 )
-def test_sources(urls: list[str], source: str) -> None:
+def test_sources(small_shards: Shards, source: str) -> None:
     first: Any = {
-        "list": urls,
-        "spec-string": "::".join(urls),
-        "datapipe": IterableWrapper(urls),
+        "list": small_shards.paths,
+        "spec-string": "::".join(small_shards.paths),
+        "datapipe": IterableWrapper(small_shards.paths),
     }[source]
-    assert keys(wds.DataPipeline(first, wds.tarfile_to_samples())) == all_keys(urls)
+    assert keys(wds.DataPipeline(first, wds.tarfile_to_samples())) == all_keys(small_shards.paths)
 
 
-def test_factories_may_be_passed_uncalled(urls: list[str]) -> None:
-    pipe = wds.DataPipeline(urls, wds.url_opener, wds.tar_file_expander, wds.group_by_keys)
-    assert keys(pipe) == all_keys(urls)
-
-
-def test_plain_functions_classes_none_and_lists(urls: list[str]) -> None:
+def test_factories_may_be_passed_uncalled(small_shards: Shards) -> None:
     pipe = wds.DataPipeline(
-        urls,
+        small_shards.paths, wds.url_opener, wds.tar_file_expander, wds.group_by_keys
+    )
+    assert keys(pipe) == all_keys(small_shards.paths)
+
+
+def test_plain_functions_classes_none_and_lists(small_shards: Shards) -> None:
+    pipe = wds.DataPipeline(
+        small_shards.paths,
         None,
         [wds.url_opener(), wds.TarLoader],
         wds.SampleGrouper,
         functools.partial(add_one, field="next"),
     )
     samples = list(pipe)
-    assert [s["__key__"] for s in samples] == all_keys(urls)
+    assert [s["__key__"] for s in samples] == all_keys(small_shards.paths)
     assert samples[1]["next"] == 2  # "000-00001" -> 1 + 1
     assert isinstance(pipe, wds.IteratorStage)
 
 
-def test_split_markers_become_one_sharding_filter_at_the_first(urls: list[str]) -> None:
+def test_split_markers_become_one_sharding_filter_at_the_first(small_shards: Shards) -> None:
     shares = []
     for worker in range(2):
         pipe = wds.DataPipeline(
-            wds.SimpleShardList(urls),
+            wds.SimpleShardList(small_shards.paths),
             wds.shuffle(10, seed=1),
             wds.split_by_node,
             wds.split_by_worker,
@@ -106,18 +110,18 @@ def test_split_markers_become_one_sharding_filter_at_the_first(urls: list[str]) 
         assert isinstance(sharding.source_datapipe, wds.BufferShuffler)
         sharding.apply_sharding(2, worker)
         shares.append(keys(pipe))
-    assert sorted(shares[0] + shares[1]) == all_keys(urls)
-    assert len(shares[0]) == len(shares[1]) == len(all_keys(urls)) // 2
+    assert sorted(shares[0] + shares[1]) == all_keys(small_shards.paths)
+    assert len(shares[0]) == len(shares[1]) == len(all_keys(small_shards.paths)) // 2
 
 
-def test_split_by_worker_reads_disjoint_shards(urls: list[str]) -> None:
+def test_split_by_worker_reads_disjoint_shards(small_shards: Shards) -> None:
     seen = []
     for worker in range(3):
-        pipe = wds.DataPipeline(urls, wds.split_by_worker, wds.tarfile_to_samples())
+        pipe = wds.DataPipeline(small_shards.paths, wds.split_by_worker, wds.tarfile_to_samples())
         (sharding,) = sharding_filters(pipe)
         sharding.apply_sharding(3, worker, SHARDING_PRIORITIES.MULTIPROCESSING)  # as DataLoader2
         seen += keys(pipe)
-    assert sorted(seen) == all_keys(urls)
+    assert sorted(seen) == all_keys(small_shards.paths)
 
 
 @pytest.mark.parametrize(
@@ -136,10 +140,10 @@ def test_bad_pipelines_are_errors(stages: tuple[Any, ...], message: str) -> None
         list(pipe)
 
 
-def test_webdataset_reads_each_shard_once_per_epoch(urls: list[str]) -> None:
-    pipe = wds.WebDataset(urls, shardshuffle=True)
+def test_webdataset_reads_each_shard_once_per_epoch(small_shards: Shards) -> None:
+    pipe = wds.WebDataset(small_shards.paths, shardshuffle=True)
     epochs = [keys(pipe) for _ in range(3)]
-    assert all(sorted(epoch) == all_keys(urls) for epoch in epochs)
+    assert all(sorted(epoch) == all_keys(small_shards.paths) for epoch in epochs)
 
 
 def test_webdataset_shard_order_changes_each_epoch_and_follows_the_seed(tmp_path: Path) -> None:
@@ -155,18 +159,23 @@ def test_webdataset_shard_order_changes_each_epoch_and_follows_the_seed(tmp_path
     assert orders(wds.WebDataset(many)) == [all_keys(many)[::5]] * 3  # write_shards: 1 sample each
 
 
-def test_webdataset_resampled(urls: list[str]) -> None:
-    pipe = wds.WebDataset(urls, resampled=True, nshards=10, seed=0)
+def test_webdataset_resampled(small_shards: Shards) -> None:
+    pipe = wds.WebDataset(small_shards.paths, resampled=True, nshards=10, seed=0)
     samples = keys(pipe)
-    assert len(samples) == 10 * 5 and set(samples) <= set(all_keys(urls))
+    assert len(samples) == 10 * 5 and set(samples) <= set(all_keys(small_shards.paths))
     with pytest.raises(ValueError, match="nshards applies only with resampled=True"):
-        wds.WebDataset(urls, nshards=3)
+        wds.WebDataset(small_shards.paths, nshards=3)
     with pytest.warns(UserWarning, match="shardshuffle has no effect"):
-        wds.WebDataset(urls, resampled=True, shardshuffle=True)
+        wds.WebDataset(small_shards.paths, resampled=True, shardshuffle=True)
 
 
-def test_webdataset_graph_has_one_sharding_filter_after_the_shard_order(urls: list[str]) -> None:
-    for pipe in (wds.WebDataset(urls, shardshuffle=True), wds.WebDataset(urls, resampled=True)):
+def test_webdataset_graph_has_one_sharding_filter_after_the_shard_order(
+    small_shards: Shards,
+) -> None:
+    for pipe in (
+        wds.WebDataset(small_shards.paths, shardshuffle=True),
+        wds.WebDataset(small_shards.paths, resampled=True),
+    ):
         (sharding,) = sharding_filters(pipe)
         assert isinstance(sharding.source_datapipe, wds.BufferShuffler | wds.ShardResampler)
 

@@ -13,15 +13,10 @@ from typing import Any
 
 import pytest
 import torch
-from stage_examples import EXAMPLES, comparable, registered_stages, write_shards
+from shardgen import Shards
+from stage_examples import EXAMPLES, comparable, registered_stages
 from torch.utils.data import IterDataPipe
 from torch.utils.data.graph_settings import apply_random_seed
-
-
-@pytest.fixture(scope="module")
-def urls(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    """4 shards of 3 samples with a decodable class and text; also as CBOR and msgpack."""
-    return write_shards(tmp_path_factory.mktemp("registry"))
 
 
 def test_every_registered_stage_has_an_example() -> None:
@@ -35,10 +30,10 @@ def seeded_output(pipe: IterDataPipe[Any], seed: int) -> list[Any]:
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_stage_pickles_and_reiterates_the_same_with_the_same_seed(
-    name: str, urls: list[str]
+    name: str, stage_shards: Shards
 ) -> None:
     """A pickled copy, seeded as the original is epoch after epoch, gives the same output."""
-    pipe = EXAMPLES[name](urls)
+    pipe = EXAMPLES[name](stage_shards.paths)
     assert isinstance(pipe, registered_stages()[name])
     clone = pickle.loads(pickle.dumps(pipe))
     for seed in (1, 1, 2):  # a loader may hand out the same seed again

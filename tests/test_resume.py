@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import torch
+from shardgen import Shards
 from torch.utils.data import IterDataPipe
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -31,13 +32,14 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "resume_training.py
 
 
 @pytest.fixture(scope="module")
-def urls(tmp_path_factory: pytest.TempPathFactory) -> str:
-    directory = tmp_path_factory.mktemp("resume")
-    for shard in range(SHARDS):
-        with wds.TarWriter(str(directory / f"s-{shard}.tar")) as sink:
+def epoch_shards(tmp_path_factory: pytest.TempPathFactory) -> Shards:
+    """``SHARDS`` tar shards of ``PER_SHARD`` samples: a ``cls`` and a ``bin`` payload."""
+    shards = Shards.numbered(tmp_path_factory.mktemp("resume"), "s", SHARDS)
+    for shard, path in enumerate(shards.paths):
+        with wds.TarWriter(path) as sink:
             for index in range(PER_SHARD):
                 sink.write({"__key__": f"{shard:02d}{index:04d}", "cls": index % 7, "bin": PAYLOAD})
-    return f"{directory}/s-{{0..{SHARDS - 1}}}.tar"
+    return shards
 
 
 def webdataset(urls: str) -> IterDataPipe[Any]:
@@ -140,30 +142,32 @@ CUTS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.loaders)])
 @pytest.mark.parametrize("name", list(PIPELINES))
-def test_resume_gives_the_uninterrupted_sequence(urls: str, name: str, workers: int) -> None:
+def test_resume_gives_the_uninterrupted_sequence(
+    epoch_shards: Shards, name: str, workers: int
+) -> None:
     build = PIPELINES[name]
-    expected, _ = run(build(urls), workers, 2)
+    expected, _ = run(build(epoch_shards.spec), workers, 2)
     assert [len(epoch) for epoch in expected] == [EPOCH, EPOCH]
     assert expected[0] != expected[1]  # the epochs differ: restored epoch numbers matter
     for cut, stop in CUTS.items():
-        got = resumed_run(lambda: build(urls), workers, 2, stop)
+        got = resumed_run(lambda: build(epoch_shards.spec), workers, 2, stop)
         assert got == expected, f"{name}, {workers} workers, cut {cut} (after {stop} items)"
 
 
 @pytest.fixture(scope="module")
-def stream_urls(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def stream_shards(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Shards]:
     """msgpack and CBOR shards in which every third item has no ``__key__`` (keyed by its
     number), by kind."""
-    urls = {}
+    by_kind = {}
     for kind, writer in (("msgpack", wds.MsgpackWriter), ("cbor", wds.CborWriter)):
-        directory = tmp_path_factory.mktemp(kind)
-        for shard in range(SHARDS):
-            with writer(str(directory / f"s-{shard}.{kind}")) as sink:
+        shards = Shards.numbered(tmp_path_factory.mktemp(kind), "s", SHARDS, f".{kind}")
+        for shard, path in enumerate(shards.paths):
+            with writer(path) as sink:
                 for index in range(PER_SHARD):
                     item = {"cls": shard * 1000 + index, "bin": PAYLOAD}
                     sink.write(item if index % 3 == 0 else {"__key__": f"k{index:04d}", **item})
-        urls[kind] = f"{directory}/s-{{0..{SHARDS - 1}}}.{kind}"
-    return urls
+        by_kind[kind] = shards
+    return by_kind
 
 
 def key_and_label(sample: dict[str, Any]) -> tuple[str, int]:
@@ -182,8 +186,10 @@ def streams(urls: str) -> IterDataPipe[Any]:
     ("kind", "workers"),
     [("msgpack", 0), pytest.param("msgpack", 2, marks=pytest.mark.loaders), ("cbor", 0)],
 )
-def test_stream_shards_resume_too(stream_urls: dict[str, str], kind: str, workers: int) -> None:
-    urls = stream_urls[kind]
+def test_stream_shards_resume_too(
+    stream_shards: dict[str, Shards], kind: str, workers: int
+) -> None:
+    urls = stream_shards[kind].spec
     expected, _ = run(streams(urls), workers, 2)
     assert [len(set(epoch)) for epoch in expected] == [EPOCH, EPOCH]
     assert "000003/3" in expected[0]  # an item without a key, keyed by its number
@@ -192,10 +198,9 @@ def test_stream_shards_resume_too(stream_urls: dict[str, str], kind: str, worker
         assert got == expected, f"{kind}, {workers} workers, cut {cut} (after {stop} items)"
 
 
-def test_stream_shards_resume_through_a_pipe(stream_urls: dict[str, str]) -> None:
+def test_stream_shards_resume_through_a_pipe(stream_shards: dict[str, Shards]) -> None:
     """A shard that cannot seek (``pipe:``) is read up to the saved offsets instead."""
-    directory, _, pattern = stream_urls["cbor"].rpartition("/")
-    piped = f"pipe:cat {directory}/{pattern}"
+    piped = f"pipe:cat {stream_shards['cbor'].spec}"
     expected = [key for key, _ in streams(piped)]
     for stop in (1, 150, EPOCH - 1):
         pipe = streams(piped)
@@ -208,11 +213,11 @@ def test_stream_shards_resume_through_a_pipe(stream_urls: dict[str, str]) -> Non
         assert first + [key for key, _ in again] == expected
 
 
-def test_torch_shuffle_before_the_reader_resumes_within_its_epoch(urls: str) -> None:
+def test_torch_shuffle_before_the_reader_resumes_within_its_epoch(epoch_shards: Shards) -> None:
     """torch's own ``shuffle`` takes the loader's seed: the state keeps the epoch's."""
 
     def build() -> IterDataPipe[Any]:
-        pipe = wds.ShardList(urls).shuffle().sharding_filter().open_shards().load_tar()
+        pipe = wds.ShardList(epoch_shards.spec).shuffle().sharding_filter().open_shards().load_tar()
         return pipe.group_samples().to_tuple("__key__", "cls")
 
     torch.manual_seed(0)  # the loader's seed for the reference run and the interrupted one
@@ -224,19 +229,19 @@ def test_torch_shuffle_before_the_reader_resumes_within_its_epoch(urls: str) -> 
     assert before[0] + after[0] == expected[0]
 
 
-def test_a_for_loop_resumes_from_the_pipeline_state(urls: str) -> None:
-    expected = [key for key, _ in webdataset(urls)]
+def test_a_for_loop_resumes_from_the_pipeline_state(epoch_shards: Shards) -> None:
+    expected = [key for key, _ in webdataset(epoch_shards.spec)]
     for stop in (1, 99, 500, EPOCH - 1):
-        pipe = webdataset(urls)
+        pipe = webdataset(epoch_shards.spec)
         items = iter(pipe)
         first = [next(items)[0] for _ in range(stop)]
-        again = webdataset(urls)
+        again = webdataset(epoch_shards.spec)
         again.load_state_dict(pipe.state_dict())
         assert first + [key for key, _ in again] == expected
 
 
-def test_the_state_is_positions_not_sample_bytes(urls: str) -> None:
-    pipe = webdataset(urls)
+def test_the_state_is_positions_not_sample_bytes(epoch_shards: Shards) -> None:
+    pipe = webdataset(epoch_shards.spec)
     items = iter(pipe)
     for _ in range(300):  # the buffer holds 1000 - (300 - 1) ... about 700 samples
         next(items)
@@ -246,9 +251,9 @@ def test_the_state_is_positions_not_sample_bytes(urls: str) -> None:
 
 
 def test_restoring_reads_only_the_shards_it_needs(
-    urls: str, monkeypatch: pytest.MonkeyPatch
+    epoch_shards: Shards, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pipe = wds.WebDataset(urls, seed=3).buffer_shuffle(50, initial=50, seed=4)
+    pipe = wds.WebDataset(epoch_shards.spec, seed=3).buffer_shuffle(50, initial=50, seed=4)
     items = iter(pipe)
     for _ in range(3 * PER_SHARD + 10):  # into the fourth shard; the buffer spans the third
         next(items)
@@ -261,7 +266,7 @@ def test_restoring_reads_only_the_shards_it_needs(
         return original(url, **options)
 
     monkeypatch.setattr(wds.io.opener, "open_url", counting)
-    again = wds.WebDataset(urls, seed=3).buffer_shuffle(50, initial=50, seed=4)
+    again = wds.WebDataset(epoch_shards.spec, seed=3).buffer_shuffle(50, initial=50, seed=4)
     again.load_state_dict(state)
     next(iter(again))
     stages = state["stages"]
@@ -273,42 +278,89 @@ def test_restoring_reads_only_the_shards_it_needs(
     assert "s-0.tar" not in opened
 
 
-def test_another_worker_count_is_refused_clearly(urls: str) -> None:
-    _, state = run(webdataset(urls), 2, 1, stop=10)
+def key_of(sample: dict[str, Any]) -> str:
+    return str(sample["__key__"])
+
+
+@pytest.mark.parametrize("damage", ["cut", "gone"])
+@pytest.mark.parametrize("kind", ["tar", "cbor"])
+def test_a_shard_broken_where_the_state_resumes_leaves_the_next_shard_whole(
+    tmp_path: Path, kind: str, damage: str
+) -> None:
+    """The saved offset is that of its shard: if the shard is cut or gone when the pipeline
+    resumes, the handler skips it, and the next shard is read from its start."""
+    for shard in range(3):
+        path = tmp_path / f"s-{shard}.{kind}"
+        with wds.TarWriter(str(path)) if kind == "tar" else wds.CborWriter(path) as sink:
+            for index in range(5):
+                sink.write({"__key__": f"{shard}-{index}", "txt": "x" * 100})
+
+    def build() -> IterDataPipe[Any]:
+        opened = wds.ShardList(f"{tmp_path}/s-{{0..2}}.{kind}").open_shards(
+            handler=wds.warn_and_continue
+        )
+        handler = wds.warn_and_continue
+        if kind == "tar":
+            return opened.load_tar(handler=handler).group_samples().map_samples(key_of)
+        return opened.load_cbor(handler=handler).map_samples(key_of)
+
+    pipe = build()
+    items = iter(pipe)
+    assert [next(items) for _ in range(7)][-1] == "1-1"
+    state = pipe.state_dict()
+    [(shard, offset, *_)] = [p["next"] for p in state["stages"].values() if p and "next" in p]
+    assert shard == 2 and offset > 0  # the second shard, after its second sample
+    broken = tmp_path / f"s-1.{kind}"
+    if damage == "cut":  # in the next sample
+        broken.write_bytes(broken.read_bytes()[: offset + 10])
+    else:
+        broken.unlink()
+    again = build()
+    again.load_state_dict(state)
+    with pytest.warns(wds.DataWarning, match="s-1"):
+        rest = list(again)
+    assert rest == [f"2-{index}" for index in range(5)]
+
+
+@pytest.mark.loaders
+def test_another_worker_count_is_refused_clearly(epoch_shards: Shards) -> None:
+    _, state = run(webdataset(epoch_shards.spec), 2, 1, stop=10)
     assert state is not None
     for workers in (0, 1):
-        loader = StatefulDataLoader(webdataset(urls), num_workers=workers, batch_size=None)
+        loader = StatefulDataLoader(
+            webdataset(epoch_shards.spec), num_workers=workers, batch_size=None
+        )
         with pytest.raises(ResumeError, match=f"with 2 workers, and this one has {workers}"):
             loader.load_state_dict(state)
-    _, state = run(webdataset(urls), 0, 1, stop=10)
-    loader = StatefulDataLoader(webdataset(urls), num_workers=2, batch_size=None)
+    _, state = run(webdataset(epoch_shards.spec), 0, 1, stop=10)
+    loader = StatefulDataLoader(webdataset(epoch_shards.spec), num_workers=2, batch_size=None)
     with pytest.raises(ResumeError, match="with 0 workers, and this one has 2"):
         loader.load_state_dict(state)
 
 
-def test_another_pipeline_or_shard_list_is_refused(urls: str, tmp_path: Path) -> None:
-    pipe = webdataset(urls)
+def test_another_pipeline_or_shard_list_is_refused(epoch_shards: Shards, tmp_path: Path) -> None:
+    pipe = webdataset(epoch_shards.spec)
     items = iter(pipe)
     next(items)
     state = pipe.state_dict()
-    other = wds.WebDataset(urls).to_tuple("__key__", "cls")
+    other = wds.WebDataset(epoch_shards.spec).to_tuple("__key__", "cls")
     with pytest.raises(ResumeError, match="saved from another pipeline"):
         other.load_state_dict(state)
     with pytest.raises(ResumeError, match="not a wdspipes pipeline state"):
         other.load_state_dict({"format": "something else"})
-    fewer = urls.replace(f"{{0..{SHARDS - 1}}}", "{0..3}")
+    fewer = epoch_shards.spec.replace(f"{{0..{SHARDS - 1}}}", "{0..3}")
     renamed = webdataset(fewer)
     renamed.load_state_dict(state)
     with pytest.raises(ResumeError, match="the shards differ"):
         list(renamed)
 
 
-def test_a_split_among_other_readers_is_refused(urls: str) -> None:
-    pipe = webdataset(urls)
+def test_a_split_among_other_readers_is_refused(epoch_shards: Shards) -> None:
+    pipe = webdataset(epoch_shards.spec)
     items = iter(pipe)
     next(items)
     state = pipe.state_dict()
-    again = webdataset(urls)
+    again = webdataset(epoch_shards.spec)
     wds_apply_sharding(again, 2, 1)
     with pytest.raises(ResumeError, match=r"split among 1 readers .* this pipeline has 2"):
         again.load_state_dict(state)
@@ -344,19 +396,19 @@ def evens(items: Any) -> Any:
     ],
 )
 def test_a_stage_that_cannot_save_its_state_is_named(
-    urls: str, build: Callable[[str], IterDataPipe[Any]], named: str
+    epoch_shards: Shards, build: Callable[[str], IterDataPipe[Any]], named: str
 ) -> None:
-    pipe = build(urls)
+    pipe = build(epoch_shards.spec)
     items = iter(pipe)
     next(items)
     with pytest.raises(ResumeError, match=named):
         pipe.state_dict()
 
 
-def test_stages_after_the_buffer_keep_their_counts(urls: str) -> None:
+def test_stages_after_the_buffer_keep_their_counts(epoch_shards: Shards) -> None:
     def build() -> IterDataPipe[Any]:
         return (
-            wds.WebDataset(urls, resampled=True, seed=1)
+            wds.WebDataset(epoch_shards.spec, resampled=True, seed=1)
             .buffer_shuffle(100, seed=2)
             .with_epoch(250)
             .islice(3, None, 2)
@@ -378,11 +430,10 @@ def take(pipe: IterDataPipe[Any], count: int) -> list[Any]:
 
 
 @pytest.mark.loaders
-def test_training_resumes_after_sigkill(urls: str, tmp_path: Path) -> None:
+def test_training_resumes_after_sigkill(epoch_shards: Shards, tmp_path: Path) -> None:
     """A training process writes a checkpoint, is killed with SIGKILL, and a new process
     goes on from the checkpoint: the samples trained on are those of an uninterrupted run."""
-    shards = urls.rpartition("/")[0]
-    common = [sys.executable, str(EXAMPLE), "--shards", f"{shards}/s-{{0..{SHARDS - 1}}}.tar"]
+    common = [sys.executable, str(EXAMPLE), "--shards", epoch_shards.spec]
     common += ["--epochs", "2", "--workers", "2", "--checkpoint-every", "25"]
     whole = tmp_path / "whole"
     subprocess.run([*common, "--directory", str(whole)], check=True, timeout=300)

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 import torch
 from package_graph import PACKAGE, imports_of, package_modules
-from stage_examples import EXAMPLES, comparable, registered_stages, samples, write_shards
+from shardgen import Shards
+from stage_examples import EXAMPLES, comparable, registered_stages, samples
 from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes.iter import IterableWrapper
 from torch.utils.data.graph import traverse_dps
@@ -38,11 +39,6 @@ have no reader that keeps their place."""
 
 RESUMED_BETWEEN = {"unbatched": 4}
 """Examples whose stage resumes only between groups of this many items, and refuses inside."""
-
-
-@pytest.fixture(scope="module")
-def urls(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    return write_shards(tmp_path_factory.mktemp("state"))
 
 
 def seeded(pipe: IterDataPipe[Any], seed: int) -> IterDataPipe[Any]:
@@ -150,8 +146,8 @@ def refusal(name: str) -> Callable[[int], str | None]:
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
-def test_stage_resumes_exactly_or_refuses_by_name(name: str, urls: list[str]) -> None:
-    assert_resumes_exactly(lambda: EXAMPLES[name](urls), refused=refusal(name))
+def test_stage_resumes_exactly_or_refuses_by_name(name: str, stage_shards: Shards) -> None:
+    assert_resumes_exactly(lambda: EXAMPLES[name](stage_shards.paths), refused=refusal(name))
 
 
 ONE_TO_ONE = sorted(name for name, cls in registered_stages().items() if cls.one_to_one)
@@ -159,11 +155,11 @@ ONE_TO_ONE = sorted(name for name, cls in registered_stages().items() if cls.one
 
 @pytest.mark.parametrize("name", ONE_TO_ONE)
 def test_a_one_to_one_stage_keeps_a_shuffle_buffer_after_it_exact(
-    name: str, urls: list[str]
+    name: str, stage_shards: Shards
 ) -> None:
     """A stage that declares one_to_one lets a buffer after it save where its samples live:
     a false declaration would resume the wrong samples here."""
-    assert_resumes_exactly(lambda: EXAMPLES[name](urls).buffer_shuffle(4, initial=3))
+    assert_resumes_exactly(lambda: EXAMPLES[name](stage_shards.paths).buffer_shuffle(4, initial=3))
 
 
 def test_the_lists_of_refusing_stages_name_registered_stages() -> None:
@@ -181,10 +177,10 @@ def torch_chain(sink: IterDataPipe[Any]) -> list[Any]:
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
-def test_the_walker_reaches_the_stages_torch_finds(name: str, urls: list[str]) -> None:
+def test_the_walker_reaches_the_stages_torch_finds(name: str, stage_shards: Shards) -> None:
     """Each stage names what it reads (``upstream()``): the same DataPipes that torch's graph
     walk, which the loaders use, finds in its attributes."""
-    pipe = EXAMPLES[name](urls)
+    pipe = EXAMPLES[name](stage_shards.paths)
     assert chain_of(pipe) == torch_chain(pipe)
 
 
@@ -218,11 +214,11 @@ class Keyed(StageDataPipe[Any]):
             yield sample["__key__"]
 
 
-def test_an_undeclared_stage_before_a_buffer_is_refused_by_name(urls: list[str]) -> None:
+def test_an_undeclared_stage_before_a_buffer_is_refused_by_name(stage_shards: Shards) -> None:
     """Before, the default (each item one item in, nothing to save) took this stage at its
     word: the restored buffer read its samples again as if one came out per sample, and the
     run resumed to the wrong items without an error."""
-    pipe = Twice(samples(urls)).buffer_shuffle(5, initial=5, seed=1)
+    pipe = Twice(samples(stage_shards.paths)).buffer_shuffle(5, initial=5, seed=1)
     assert len(list(pipe)) == 2 * 12
     items = iter(pipe)
     for _ in range(7):
@@ -231,27 +227,27 @@ def test_an_undeclared_stage_before_a_buffer_is_refused_by_name(urls: list[str])
         pipe.state_dict()
 
 
-def test_an_undeclared_stage_at_the_end_is_refused_by_name(urls: list[str]) -> None:
-    pipe = Twice(samples(urls))
+def test_an_undeclared_stage_at_the_end_is_refused_by_name(stage_shards: Shards) -> None:
+    pipe = Twice(samples(stage_shards.paths))
     items = iter(pipe)
     next(items)
     with pytest.raises(ResumeError, match=r"^Twice has not declared how it resumes"):
         pipe.state_dict()
 
 
-def test_an_undeclared_stage_before_the_reader_is_refused_by_name(urls: list[str]) -> None:
-    pipe = Twice(wds.ShardList(urls)).open_shards().load_tar().group_samples()
+def test_an_undeclared_stage_before_the_reader_is_refused_by_name(stage_shards: Shards) -> None:
+    pipe = Twice(wds.ShardList(stage_shards.paths)).open_shards().load_tar().group_samples()
     with pytest.raises(ResumeError, match=r"^Twice comes before the reader"):
         pipe.state_dict()
 
 
-def test_a_declared_one_to_one_stage_resumes(urls: list[str]) -> None:
-    assert_resumes_exactly(lambda: Keyed(samples(urls)).buffer_shuffle(5, initial=3))
+def test_a_declared_one_to_one_stage_resumes(stage_shards: Shards) -> None:
+    assert_resumes_exactly(lambda: Keyed(samples(stage_shards.paths)).buffer_shuffle(5, initial=3))
 
 
-def test_a_stage_that_counts_is_refused_before_the_reader(urls: list[str]) -> None:
+def test_a_stage_that_counts_is_refused_before_the_reader(stage_shards: Shards) -> None:
     """A stage that goes on from a count cannot be run again from the start of the epoch."""
-    pipe = wds.ShardList(urls).islice(0, 3).open_shards().load_tar().group_samples()
+    pipe = wds.ShardList(stage_shards.paths).islice(0, 3).open_shards().load_tar().group_samples()
     with pytest.raises(ResumeError, match=re.escape("ItemSlicer (islice) comes before")):
         pipe.state_dict()
 
@@ -318,26 +314,30 @@ TORCH_EXAMPLES: dict[
 
 
 @pytest.mark.parametrize("name", sorted(TORCH_EXAMPLES))
-def test_torch_stage_resumes_exactly_or_refuses_by_name(name: str, urls: list[str]) -> None:
+def test_torch_stage_resumes_exactly_or_refuses_by_name(name: str, stage_shards: Shards) -> None:
     build, refused = TORCH_EXAMPLES[name]
-    assert_resumes_exactly(lambda: build(urls), epochs=1, refused=refused)
+    assert_resumes_exactly(lambda: build(stage_shards.paths), epochs=1, refused=refused)
     if name == "shuffle before the reader":  # the state, not the loader's seed, decides
-        assert uninterrupted(lambda: build(urls), 1, OTHER_SEED) != uninterrupted(
-            lambda: build(urls), 1
+        assert uninterrupted(lambda: build(stage_shards.paths), 1, OTHER_SEED) != uninterrupted(
+            lambda: build(stage_shards.paths), 1
         )
-    pipe = build(urls)
+    pipe = build(stage_shards.paths)
     assert chain_of(pipe) == torch_chain(pipe)
 
 
-def test_every_torch_stage_of_the_table_has_an_example(urls: list[str]) -> None:
-    pipes = [pipe for build, _ in TORCH_EXAMPLES.values() for pipe in torch_chain(build(urls))]
+def test_every_torch_stage_of_the_table_has_an_example(stage_shards: Shards) -> None:
+    pipes = [
+        pipe
+        for build, _ in TORCH_EXAMPLES.values()
+        for pipe in torch_chain(build(stage_shards.paths))
+    ]
     stages = {type(pipe) for pipe in pipes}
     missing = [cls.__name__ for cls in TORCH_STAGES if not any(issubclass(s, cls) for s in stages)]
     assert not missing, f"add an example to TORCH_EXAMPLES for {missing}"
 
 
-def test_another_torch_stage_is_refused_by_name(urls: list[str]) -> None:
-    pipe = samples(urls).batch(2).buffer_shuffle(3)
+def test_another_torch_stage_is_refused_by_name(stage_shards: Shards) -> None:
+    pipe = samples(stage_shards.paths).batch(2).buffer_shuffle(3)
     with pytest.raises(ResumeError, match=re.escape("BatcherIterDataPipe (batch) cannot save")):
         pipe.state_dict()
 

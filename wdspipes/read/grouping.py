@@ -75,7 +75,7 @@ class SampleGrouper(SampleReader):
         if type(source) is TarLoader:
             # Members bypass the per-item hooks of an upstream TarLoader (see its
             # iter_members), which also tells of failed shards.
-            start = resume[1] if isinstance(resume, tuple) else 0
+            start = (resume[0], resume[1]) if isinstance(resume, tuple) else None
             upstream: Iterator[Member] = source.iter_members(cursor, start)
         else:
             upstream = iter(source)

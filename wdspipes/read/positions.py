@@ -1,6 +1,7 @@
-"""Where samples live: how the readers (``group_samples``, ``load_cbor``, ``load_msgpack``)
-keep their place in a shard and read samples again, for mid-epoch resume (see
-:mod:`wdspipes.core.resume`).
+"""The reader base: the loop over opened shards that the readers share
+(:func:`read_shards`), and where samples live: how the readers (``group_samples``,
+``load_cbor``, ``load_msgpack``) keep their place in a shard and read samples again, for
+mid-epoch resume (see :mod:`wdspipes.core.resume`).
 
 A sample's place is its shard's number among the shards this reader opened in the epoch
 (counted from 1, as ``open_shards`` counts them) and the byte offset where it starts. A reader
@@ -18,16 +19,16 @@ from (:meth:`~wdspipes.io.ShardOpener.resume_at`), and keeps a
 from __future__ import annotations
 
 import itertools
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any, TypeVar
 
 from wdspipes.core.datapipe import Sample, StageDataPipe
 from wdspipes.core.resumable import Place, SamplePlaces
 from wdspipes.core.resume import begin_replay
-from wdspipes.errors import ResumeError
-from wdspipes.io.opener import ByteStream, ShardOpener, close_quietly
+from wdspipes.errors import Handler, ResumeError, WdsError, handle
+from wdspipes.io.opener import ByteStream, ShardOpener, ShardStream, close_quietly, shard_failure
 
-__all__ = ["END", "START", "SampleReader", "ShardCursor"]
+__all__ = ["END", "START", "SampleReader", "ShardCursor", "read_shards"]
 
 T = TypeVar("T")
 _NONE: Any = object()
@@ -69,14 +70,87 @@ class ShardCursor:
         self.unmarked_end = problem
 
 
+def read_shards(
+    source: Iterable[ShardStream],
+    read: Callable[[str, ByteStream, int], Iterator[T]],
+    handler: Handler,
+    cursor: ShardCursor,
+    start: Place | None = None,
+    failed: T | None = None,
+) -> Iterator[T]:
+    """The items of every shard ``source`` opens, shard after shard: the loop that every reader
+    of opened shards runs (``load_tar``, ``load_cbor``, ``load_msgpack``).
+
+    Each stream is read to its end with ``read(url, stream, offset)`` and then closed, so that
+    a ``pipe:`` command that failed is reported, in preference to the damage it did to the
+    shard; a failure of either goes through ``handler`` as a located error (see
+    :func:`~wdspipes.io.opener.shard_failure`), and the stream is closed whatever happens.
+
+    Args:
+        source: yields opened shards, as ``open_shards`` does.
+        read: the items of one shard, ``stream`` (named ``url``), from byte ``offset``: 0 but
+            in the shard that ``start`` names.
+        handler: what to do when a shard fails: continuing goes on with the next shard.
+        cursor: set to each shard's number (as ``open_shards`` counts them, if it is the
+            source) and local file before its first item; when a shard fails, the member and
+            offset that its error names are noted there.
+        start: ``(shard number, byte offset)``: where to go on from when resuming. Only the
+            shard with that number begins there: if it cannot be opened any more, the one
+            after it begins at its start.
+        failed: if given, yielded when a shard fails, before ``handler`` decides: the reader
+            after it may drop the sample it was assembling, naming it in ``cursor.dropped``
+            for the error.
+
+    >>> import io
+    >>> from wdspipes.errors import reraise_exception
+    >>> from wdspipes.io.opener import ShardStream
+    >>> shards = [ShardStream("a", io.BytesIO(b"xyz")), ShardStream("b", io.BytesIO(b"uvw"))]
+    >>> def read(url, stream, offset):
+    ...     stream.seek(offset)
+    ...     return iter([(url, stream.read())])
+    >>> cursor = ShardCursor()
+    >>> list(read_shards(shards, read, reraise_exception, cursor, start=(1, 2)))
+    [('a', b'z'), ('b', b'uvw')]
+    >>> cursor.number
+    2
+    """
+    opener = source if isinstance(source, ShardOpener) else None
+    for number, (url, stream) in enumerate(source, start=1):
+        cursor.number = number if opener is None else opener.taken
+        cursor.local_path = getattr(stream, "local_path", None)
+        cursor.dropped = None
+        offset = start[1] if start is not None and start[0] == cursor.number else 0
+        try:
+            yield from read(url, stream, offset)
+            stream.close()  # a pipe: command's failure is raised here
+        except Exception as exn:
+            cursor.failed_member = getattr(exn, "member", None)
+            cursor.failed_offset = getattr(exn, "offset", None)
+            if failed is not None:
+                yield failed
+            # No local holds the error: a frame of its traceback holding it would make a
+            # cycle that keeps the files of the pipeline open until garbage collection.
+            if not handle(handler, _dropping(shard_failure(exn, url, stream), cursor)):
+                return
+        finally:
+            close_quietly(stream)
+
+
+def _dropping(error: Exception, cursor: ShardCursor) -> Exception:
+    """``error``, saying which sample the reader dropped, if it did."""
+    if cursor.dropped is not None and isinstance(error, WdsError):
+        error.add_detail(f"sample {cursor.dropped!r}, read in part, was dropped")
+    return error
+
+
 class SampleReader(StageDataPipe[Sample]):
     """A stage that makes samples of opened shards and knows where each one lives: a reader.
 
-    Subclasses keep :attr:`cursor`, :attr:`next_offset` (where the next sample starts in the
-    cursor's shard) and ``places.last`` (the place of the sample yielded last, in
-    :attr:`places`) up to date, call :meth:`_begin` as an iteration starts and
-    :meth:`_replay_first` with what it returns, and implement :meth:`_opener` and
-    :meth:`_collect`.
+    Subclasses read their shards through :func:`read_shards` with :attr:`cursor`, keep
+    :attr:`next_offset` (where the next sample starts in the cursor's shard) and
+    ``places.last`` (the place of the sample yielded last, in :attr:`places`) up to date, call
+    :meth:`_begin` as an iteration starts and :meth:`_replay_first` with what it returns, and
+    implement :meth:`_opener` and :meth:`_collect`.
     """
 
     replays_source = True
@@ -128,11 +202,15 @@ class SampleReader(StageDataPipe[Sample]):
     ) -> Generator[Sample, None, Iterator[T]]:
         """Yield the samples at ``replay`` (a restored shuffle buffer's) before reading on;
         returns ``items`` to read on from. The first item is taken before: it makes the opener
-        go through the shards to the one to resume at, noting the URLs of those to read again."""
+        go through the shards to the one to resume at, noting the URLs of those to read again.
+        Where it is a sample, its place is the last again once the others are yielded."""
         if not replay:
             return items
         first = next(items, _NONE)
+        places = self.places
+        last = places.last
         yield from self._read_again(replay)
+        places.last = last
         return iter(()) if first is _NONE else itertools.chain((first,), items)
 
     def _read_again(self, refs: list[Place]) -> Iterator[Sample]:

@@ -32,23 +32,9 @@ from torch.utils.data import IterDataPipe
 
 from wdspipes.core.curried import Stage, stage_factory
 from wdspipes.core.datapipe import Sample, functional_stage
-from wdspipes.errors import (
-    Handler,
-    ResumeError,
-    StreamFormatError,
-    handle,
-    reraise_exception,
-)
-from wdspipes.io.opener import (
-    ByteStream,
-    RawShard,
-    ShardOpener,
-    ShardStream,
-    close_quietly,
-    discard,
-    shard_failure,
-)
-from wdspipes.read.positions import END, SampleReader, ShardCursor
+from wdspipes.errors import Handler, ResumeError, StreamFormatError, reraise_exception
+from wdspipes.io.opener import ByteStream, RawShard, ShardOpener, ShardStream, discard
+from wdspipes.read.positions import END, SampleReader, ShardCursor, read_shards
 
 __all__ = [
     "CborLoader",
@@ -159,31 +145,26 @@ class StreamLoader(SampleReader):
     def __iter__(self) -> Iterator[Sample]:
         cursor = self.cursor = ShardCursor()
         resume, replay = self._begin()
-        start, first = (resume[1], resume[2]) if isinstance(resume, tuple) else (0, 0)
-        source = self.source_datapipe
-        places = self.places
-        shards = yield from self._replay_first(iter(source), replay)
-        counted = isinstance(source, ShardOpener)
-        for number, (url, stream) in enumerate(shards, start=1):
-            cursor.number = source.taken if counted else number
-            cursor.local_path = local_path = getattr(stream, "local_path", None)
-            try:
-                _skip_to(stream, url, start)
-                items = type(self).items(url, stream, start)
-                for index, (offset, end, item) in enumerate(items, start=first):
-                    sample = _sample(item, url, local_path, index, offset, self.kind)
-                    places.last = (cursor.number, offset)
-                    self.next_offset, self.next_index = end, index + 1
-                    yield sample
-                stream.close()  # a pipe: command's failure is raised here
-            except Exception as exn:
-                if not handle(self.handler, shard_failure(exn, url, stream)):
-                    self.next_offset = END
-                    return
-            finally:
-                close_quietly(stream)
-            start = first = 0
+        start = None
+        if isinstance(resume, tuple):
+            start, self.next_index = (resume[0], resume[1]), resume[2]
+        samples = read_shards(self.source_datapipe, self._samples, self.handler, cursor, start)
+        samples = yield from self._replay_first(samples, replay)
+        yield from samples
         self.next_offset = END
+
+    def _samples(self, url: str, stream: ByteStream, start: int) -> Iterator[Sample]:
+        """The samples of one shard from byte ``start``, where item number
+        :attr:`next_index` of the shard begins when ``start`` is not 0."""
+        _skip_to(stream, url, start)
+        number, local_path = self.cursor.number, self.cursor.local_path
+        places, kind = self.places, self.kind
+        items = type(self).items(url, stream, start)
+        for index, (offset, end, item) in enumerate(items, start=self.next_index if start else 0):
+            sample = _sample(item, url, local_path, index, offset, kind)
+            places.last = (number, offset)
+            self.next_offset, self.next_index = end, index + 1
+            yield sample
 
     def _opener(self) -> ShardOpener:
         if not isinstance(self.source_datapipe, ShardOpener):

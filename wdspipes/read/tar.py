@@ -45,6 +45,7 @@ from torch.utils.data import IterDataPipe
 
 from wdspipes.core.curried import Stage, stage_factory
 from wdspipes.core.datapipe import StageDataPipe, functional_stage
+from wdspipes.core.resumable import Place
 from wdspipes.errors import (
     DataAfterEndError,
     Handler,
@@ -53,20 +54,12 @@ from wdspipes.errors import (
     TarFormatError,
     TruncatedShardError,
     WdsError,
-    handle,
     reraise_exception,
 )
 from wdspipes.io.local import BUFFER_SIZE
-from wdspipes.io.opener import (
-    ByteStream,
-    ShardOpener,
-    ShardStream,
-    close_quietly,
-    discard,
-    shard_failure,
-)
+from wdspipes.io.opener import ByteStream, ShardStream, discard
 from wdspipes.read.compression import CorruptDataError, Inflated, detect_compression, inflate
-from wdspipes.read.positions import ShardCursor
+from wdspipes.read.positions import ShardCursor, read_shards
 
 __all__ = [
     "TarLoader",
@@ -688,8 +681,8 @@ class TarLoader(StageDataPipe[TarMember]):
         return None
 
     def iter_members(
-        self, cursor: ShardCursor | None = None, start: int = 0
-    ) -> Iterator[tuple[str, bytes, int, str]]:
+        self, cursor: ShardCursor | None = None, start: Place | None = None
+    ) -> Iterator[Member]:
         """The members as plain tuples, without the per-item hooks torch wraps around
         ``__iter__``.
 
@@ -702,46 +695,32 @@ class TarLoader(StageDataPipe[TarMember]):
                 and :data:`FAILED` is yielded before the handler decides: the reader then
                 drops the sample it was assembling unless it is known to be whole, naming it
                 in ``cursor.dropped`` for the error.
-            start: the byte offset in the first shard to begin at (a member's first header),
-                when resuming.
+            start: ``(shard number, byte offset)``: the shard and the member's first header
+                to go on from, when resuming (see :func:`~wdspipes.read.positions.read_shards`).
         """
-        opener = self.source_datapipe
-        counted = isinstance(opener, ShardOpener)
+        if cursor is None:
+            walk = self._walker(self.unmarked_end)
+            return read_shards(self.source_datapipe, walk, self.handler, ShardCursor(), start)
+        walk = self._walker(cursor.note_unmarked_end)
+        return read_shards(self.source_datapipe, walk, self.handler, cursor, start, FAILED)
+
+    def _walker(
+        self, unmarked_end: Callable[[str], None]
+    ) -> Callable[[str, ByteStream, int], Iterator[Member]]:
+        """How each shard is read: walked with this loader's options from byte ``start``,
+        telling ``unmarked_end`` of a shard that ends without the end-of-archive marker."""
         options = self.walk_options()
-        for number, (url, stream) in enumerate(opener, start=1):
-            if cursor is not None:
-                cursor.number = opener.taken if counted else number
-                cursor.local_path = getattr(stream, "local_path", None)
-                cursor.dropped = None
-            try:
-                walk = _TarWalk(stream, url, start, **options)
-                if cursor is not None:
-                    walk.unmarked_end = cursor.note_unmarked_end
-                yield from walk.members()
-                start = 0
-                stream.close()
-            except Exception as exn:
-                if cursor is not None:
-                    cursor.failed_member = getattr(exn, "member", None)
-                    cursor.failed_offset = getattr(exn, "offset", None)
-                    yield FAILED
-                # No local holds the error: a frame of its traceback holding it would make a
-                # cycle that keeps the files of the pipeline open until garbage collection.
-                if not handle(self.handler, _dropping(shard_failure(exn, url, stream), cursor)):
-                    return
-            finally:
-                close_quietly(stream)
+
+        def walk(url: str, stream: ByteStream, start: int) -> Iterator[Member]:
+            tar = _TarWalk(stream, url, start, **options)
+            tar.unmarked_end = unmarked_end
+            return tar.members()
+
+        return walk
 
 
 FAILED: Member = ("", b"", -1, "")
 """The member :meth:`TarLoader.iter_members` yields, given a cursor, when a shard fails."""
-
-
-def _dropping(error: Exception, cursor: ShardCursor | None) -> Exception:
-    """``error``, saying which sample the reader dropped, if it did."""
-    if cursor is not None and cursor.dropped is not None and isinstance(error, WdsError):
-        error.add_detail(f"sample {cursor.dropped!r}, read in part, was dropped")
-    return error
 
 
 @stage_factory

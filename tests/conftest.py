@@ -1,0 +1,66 @@
+"""Shard fixtures shared by the test modules, each a :class:`~shardgen.Shards`: ``paths`` to
+pass as a list, ``spec`` as a brace pattern. A module's own shards (with contents only its tests
+need) are fixtures of that module, of the same type.
+
+The tiers: tests that run DataLoader or DataLoader2 worker processes are marked ``loaders``;
+those that start other processes (the wdspipes command, scripts, encoders), build the docs
+site, or run thousands of cases are marked ``slow``. ``make test-fast`` runs the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from shardgen import Shards, write_shards
+from stage_examples import SHARDS
+from stage_examples import write_shards as write_stage_shards
+
+
+@pytest.fixture(scope="session")
+def stage_shards(tmp_path_factory: pytest.TempPathFactory) -> Shards:
+    """The shards of the registered stages' examples (tests/stage_examples.py): ``SHARDS`` (4)
+    tar shards of ``PER_SHARD`` (3) samples with a decodable ``cls`` and a ``txt``, each also
+    written as CBOR and msgpack beside it."""
+    directory = tmp_path_factory.mktemp("stages")
+    return Shards(write_stage_shards(directory), f"{directory}/shard-{{0..{SHARDS - 1}}}.tar")
+
+
+@pytest.fixture
+def small_shards(tmp_path: Path) -> Shards:
+    """4 tar shards of 5 samples (``cls``, ``txt``), keyed ``"{shard:03d}-{sample:05d}"``."""
+    return Shards(write_shards(tmp_path, 4, 5), f"{tmp_path}/shard-{{000..003}}.tar")
+
+
+@pytest.fixture(autouse=True)
+def _tier(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep the fast tier fast: a test marked neither ``loaders`` nor ``slow`` that starts a
+    worker process, or a Python process (a script, the wdspipes command), fails and says which
+    mark it needs. Small commands (``pipe:`` URLs, the tar writers a test is about) may run."""
+    if request.node.get_closest_marker("loaders") or request.node.get_closest_marker("slow"):
+        return
+    test = request.node.nodeid
+
+    def start(process: BaseProcess) -> None:
+        raise AssertionError(f"{test} starts a worker process: mark it loaders")
+
+    popen_init = subprocess.Popen.__init__
+
+    def run(popen: subprocess.Popen[Any], args: Any, *more: Any, **options: Any) -> None:
+        line = [args] if isinstance(args, str | bytes | os.PathLike) else list(args)
+        program = os.fsdecode(line[0]).split(maxsplit=1)[0] if line and line[0] else ""
+        if Path(program).name in PYTHON_PROGRAMS:
+            raise AssertionError(f"{test} starts {program}: mark it slow")
+        popen_init(popen, args, *more, **options)
+
+    monkeypatch.setattr(BaseProcess, "start", start)
+    monkeypatch.setattr(subprocess.Popen, "__init__", run)
+
+
+PYTHON_PROGRAMS = {Path(sys.executable).name, "python", "python3", "wdspipes", "torchrun"}
+"""Programs that start Python (a script, the wdspipes command): the slow tier's."""
