@@ -25,6 +25,7 @@ ERROR_CLASSES = [
     wds.ShardError,
     wds.ShardOpenError,
     wds.CommandError,
+    wds.ShardWriteError,
     wds.TarFormatError,
     wds.TruncatedShardError,
     wds.SampleError,
@@ -72,7 +73,8 @@ def test_command_error_fields() -> None:
 
 def test_hierarchy() -> None:
     assert issubclass(wds.TruncatedShardError, wds.TarFormatError)
-    assert all(issubclass(c, wds.ShardError) for c in (wds.ShardOpenError, wds.CommandError))
+    shard_errors = (wds.ShardOpenError, wds.CommandError, wds.ShardWriteError)
+    assert all(issubclass(c, wds.ShardError) and issubclass(c, OSError) for c in shard_errors)
     assert issubclass(wds.DuplicateFieldError, wds.SampleError)
     assert all(issubclass(c, wds.WdsError) for c in ERROR_CLASSES)
 

@@ -11,7 +11,7 @@ MAY_IMPORT = {
     "io": {"core", "errors"},
     "read": {"io", "core", "errors"},
     "samples": {"core", "errors"},
-    "write": {"samples", "core", "errors"},
+    "write": {"io", "samples", "core", "errors"},
     "loaders": {"core"},
     "pipeline": {"read", "io", "samples", "core", "errors"},
     "tools": {"pipeline", "write", "read", "io", "samples", "core", "errors"},

@@ -353,6 +353,16 @@ def test_bad_arguments(
         reshard(inputs, str(tmp_path / "o-%02d.tar"), **kwargs)
 
 
+@pytest.mark.parametrize("pattern", ["s3://bucket/o-%02d.tar", "pipe:cat > o-%02d.tar"])
+def test_a_pattern_that_is_a_url_is_refused(
+    inputs: list[str], pattern: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="reshard writes local shards"):
+        reshard(inputs, pattern)
+    assert os.listdir(tmp_path) == ["in"]  # the inputs: no ./s3:/bucket, no staging
+
+
 def test_a_pattern_that_could_overwrite_an_input_is_refused(inputs: list[str]) -> None:
     pattern = os.path.join(os.path.dirname(inputs[0]), "shard-%03d.tar")
     with pytest.raises(ValueError, match=r"could overwrite the input .*shard-000\.tar"):

@@ -25,7 +25,7 @@ import fsspec
 import pytest
 import s3fs
 from moto.moto_server import threaded_moto_server
-from shardgen import make_tar, write_shards
+from shardgen import kill_when_ready, make_tar, write_shards
 
 import wdspipes as wds
 from wdspipes.io import open_url
@@ -313,3 +313,87 @@ def test_first_sample_does_not_wait_for_the_whole_object(s3: Store) -> None:
         del samples
         gc.collect()
         s3.client.delete_object(Bucket=BUCKET, Key=key)
+
+
+# --- Writing ----------------------------------------------------------------------------------
+# Objects appear only when their upload completes: an abort, or a killed writer, leaves none.
+
+PART = 5 << 20  # S3's smallest multipart part: s3fs starts a multipart upload past one block
+
+
+def write_options(s3: Store) -> dict[str, Any]:
+    return {"endpoint_url": s3.endpoint, "default_block_size": PART}
+
+
+def keys_under(s3: Store, prefix: str) -> list[str]:
+    listed = s3.client.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
+    return [entry["Key"] for entry in listed.get("Contents", [])]
+
+
+def unfinished_uploads(s3: Store, prefix: str) -> list[str]:
+    listed = s3.client.list_multipart_uploads(Bucket=BUCKET, Prefix=prefix)
+    return [upload["Key"] for upload in listed.get("Uploads", [])]
+
+
+def test_shard_writer_writes_to_s3_and_lists_the_urls(
+    s3: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    pattern = f"s3://{BUCKET}/written/x-%06d.tar"
+    options = {"endpoint_url": s3.endpoint}
+    samples = contents(list(wds.WebDataset(s3.local)))
+    try:
+        with wds.ShardWriter(pattern, maxcount=6, storage_options=options) as writer:
+            for sample in samples:
+                writer.write(sample)
+        urls = [pattern % n for n in range(4)]
+        assert writer.shards == urls
+        assert keys_under(s3, "written/") == [f"written/x-{n:06d}.tar" for n in range(4)]
+        assert os.listdir(tmp_path) == []  # no local ./s3:/...
+        read = list(wds.WebDataset(writer.shards, storage_options=options))
+        assert contents(read) == samples and read[0]["__url__"] == urls[0]
+    finally:
+        for key in keys_under(s3, "written/"):
+            s3.client.delete_object(Bucket=BUCKET, Key=key)
+
+
+def test_an_aborted_upload_leaves_no_object(s3: Store) -> None:
+    url = f"s3://{BUCKET}/aborted/a.tar"
+    big = {"__key__": "big", "bin": os.urandom(2 * PART)}
+    options = write_options(s3)
+    with (
+        pytest.raises(RuntimeError, match="mid-upload"),
+        wds.TarWriter(url, storage_options=options) as writer,
+    ):
+        writer.write(big)
+        assert unfinished_uploads(s3, "aborted/") == ["aborted/a.tar"]  # parts sent
+        raise RuntimeError("mid-upload")
+    assert keys_under(s3, "aborted/") == [] and unfinished_uploads(s3, "aborted/") == []
+
+
+KILLED_UPLOAD = """
+import os, sys, time
+import wdspipes as wds
+
+url, endpoint = sys.argv[1:]
+options = {"endpoint_url": endpoint, "default_block_size": 5 << 20}
+writer = wds.TarWriter(url, storage_options=options)
+writer.write({"__key__": "big", "bin": os.urandom(12 << 20)})
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_upload_leaves_no_object(s3: Store) -> None:
+    url = f"s3://{BUCKET}/killed/k.tar"
+    kill_when_ready(KILLED_UPLOAD, url, s3.endpoint)
+    try:
+        assert keys_under(s3, "killed/") == []
+        assert unfinished_uploads(s3, "killed/") == ["killed/k.tar"]  # S3 keeps the parts
+    finally:
+        listed = s3.client.list_multipart_uploads(Bucket=BUCKET, Prefix="killed/")
+        for upload in listed.get("Uploads", []):
+            s3.client.abort_multipart_upload(
+                Bucket=BUCKET, Key=upload["Key"], UploadId=upload["UploadId"]
+            )

@@ -50,7 +50,7 @@ def make_samples(shard: int, count: int) -> list[dict[str, Any]]:
     ]
 
 
-def write(kind: str, path: Path, samples: list[dict[str, Any]]) -> str:
+def write(kind: str, path: Path | str, samples: list[dict[str, Any]]) -> str:
     writer_class = KINDS[kind][0]
     with writer_class(path) as writer:
         for sample in samples:
@@ -352,6 +352,32 @@ def test_an_exception_in_the_with_block_leaves_nothing_and_an_older_file_intact(
     assert os.listdir(tmp_path) == [path.name]
     read = list(wds.DataPipeline([str(path)], KINDS[kind][1]()))
     assert [without_url(s) for s in read] == make_samples(0, 2)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_writers_write_to_urls(kind: str, tmp_path: Path) -> None:
+    import fsspec
+
+    samples = make_samples(0, 3)
+    memory = fsspec.filesystem("memory")
+    urls = {
+        "memory://": f"memory://wds-streams/a.{kind}",
+        "pipe:": f"pipe:cat > '{tmp_path}/a.{kind}'",
+        "file:": (tmp_path / f"b.{kind}").as_uri(),
+    }
+    try:
+        for target, url in urls.items():
+            write(kind, url, samples)
+            read_from = {"pipe:": str(tmp_path / f"a.{kind}")}.get(target, url)
+            read = list(wds.DataPipeline([read_from], KINDS[kind][1]()))
+            assert [without_url(s) for s in read] == samples, target
+        with pytest.raises(RuntimeError), KINDS[kind][0](f"memory://wds-streams/c.{kind}") as w:
+            w.write(samples[0])
+            raise RuntimeError("mid-way")
+        assert not memory.exists(f"/wds-streams/c.{kind}")
+        assert memory.ls("/wds-streams", detail=False) == [f"/wds-streams/a.{kind}"]
+    finally:
+        memory.rm("/wds-streams", recursive=True)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))

@@ -810,3 +810,166 @@ def test_killed_writer_leaves_no_truncated_shard(tmp_path: Path) -> None:
     leftover = wds.SimpleShardList(str(tmp_path / partial))
     with pytest.raises(TruncatedShardError):  # cut short, or at a member's end: no marker
         list(wds.DataPipeline(leftover, wds.tarfile_to_samples(strict_end=True)))
+
+
+# --- Writing to URLs --------------------------------------------------------------------------
+# The writers take the URLs the readers take (wdspipes/io/sinks.py has each scheme).
+
+
+@pytest.fixture
+def memory() -> Any:
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    yield fs
+    if fs.exists("/wds-writers"):
+        fs.rm("/wds-writers", recursive=True)
+
+
+def tar_targets(directory: Path) -> dict[str, str]:
+    out = directory / "out.tar"
+    return {
+        "path": str(out),
+        "file: URL": out.as_uri(),
+        "pipe:": f"pipe:cat > '{out}'",
+        "memory://": "memory://wds-writers/out.tar",
+    }
+
+
+@pytest.mark.parametrize("target", ["path", "file: URL", "pipe:", "memory://"])
+def test_tar_writer_writes_to_urls(target: str, tmp_path: Path, memory: Any) -> None:
+    url = tar_targets(tmp_path)[target]
+    samples = numbered(5)
+    with TarWriter(url) as writer:
+        for sample in samples:
+            writer.write(sample)
+    read_from = url if target == "memory://" else str(tmp_path / "out.tar")
+    assert [(s["__key__"], s["bin"]) for s in raw(read_from)] == [
+        (s["__key__"], s["bin"]) for s in samples
+    ]
+
+
+@pytest.mark.parametrize("target", ["path", "memory://"])
+def test_tar_writer_exception_leaves_nothing_under_the_url(
+    target: str, tmp_path: Path, memory: Any
+) -> None:
+    url = tar_targets(tmp_path)[target]
+    with pytest.raises(RuntimeError, match="mid-archive"), TarWriter(url) as writer:
+        writer.write({"__key__": "0", "txt": "x"})
+        raise RuntimeError("mid-archive")
+    assert writer.count == 1
+    assert not (tmp_path / "out.tar").exists() and not memory.exists("/wds-writers/out.tar")
+    assert os.listdir(tmp_path) == [] and memory.find("/wds-writers") == []
+    writer.close()  # aborted already: nothing happens
+
+
+def test_tar_writer_on_a_stream_still_closes_on_an_exception() -> None:
+    buffer = io.BytesIO()
+    with pytest.raises(RuntimeError), TarWriter(buffer) as writer:
+        writer.write({"__key__": "0", "txt": "x"})
+        raise RuntimeError
+    assert [m.name for m in iter_tar(io.BytesIO(buffer.getvalue()), "mem")] == ["0.txt"]
+    aborted = io.BytesIO()
+    writer = TarWriter(aborted)
+    writer.write({"__key__": "0", "txt": "x"})
+    writer.abort()
+    assert len(aborted.getvalue()) == 2 * BLOCK  # no end marker: a reader sees the cut
+    writer.close()
+
+
+def test_tar_writer_failing_command_is_an_error(tmp_path: Path) -> None:
+    url = f"pipe:cat > '{tmp_path / 'out.tar'}'; exit 4"
+    writer = TarWriter(url)
+    writer.write({"__key__": "0", "txt": "x"})
+    with pytest.raises(wds.CommandError, match="command exited with status 4") as caught:
+        writer.close()
+    assert (caught.value.status, caught.value.url) == (4, url)
+
+
+def test_webdataset_and_wdspipes_tar_writers_through_a_command(tmp_path: Path) -> None:
+    # the URL webdataset users write; both archives read back alike by both readers
+    samples = [{"__key__": f"{i:03d}", "txt": f"text {i}", "cls": i} for i in range(4)]
+    for name, module in [("theirs", wdsref), ("ours", wds)]:
+        with module.TarWriter(f"pipe:cat > '{tmp_path / name}.tar'") as writer:
+            for sample in samples:
+                writer.write(sample)
+    for name in ("theirs", "ours"):
+        url = str(tmp_path / f"{name}.tar")
+        got = [(s["__key__"], s["txt"], s["cls"]) for s in raw(url)]
+        assert got == [(f"{i:03d}", f"text {i}".encode(), str(i).encode()) for i in range(4)]
+        assert raw_by_webdataset(url) == raw(url)
+
+
+def test_shard_writer_to_a_store_lists_its_urls(memory: Any) -> None:
+    pattern = "memory://wds-writers/train-%03d.tar"
+    posted: list[str] = []
+    with ShardWriter(pattern, maxcount=2, post=posted.append) as writer:
+        for sample in numbered(5):
+            writer.write(sample)
+    urls = [pattern % n for n in range(3)]
+    assert writer.shards == posted == urls
+    assert memory.ls("/wds-writers", detail=False) == [
+        f"/wds-writers/train-00{n}.tar" for n in range(3)
+    ]
+    assert [s["__key__"] for s in raw(urls)] == [f"{i:05d}" for i in range(5)]
+    assert {s["__url__"] for s in raw(urls)} == set(urls)
+
+
+def test_shard_writer_exception_leaves_only_complete_objects(memory: Any) -> None:
+    with pytest.raises(RuntimeError), ShardWriter("memory://wds-writers/p-%d.tar", maxcount=2) as w:
+        for sample in numbered(3):
+            w.write(sample)
+        raise RuntimeError("mid-shard")
+    assert w.shards == ["memory://wds-writers/p-0.tar"]
+    assert memory.ls("/wds-writers", detail=False) == ["/wds-writers/p-0.tar"]
+
+
+def test_shard_writer_through_commands(tmp_path: Path) -> None:
+    pattern = f"pipe:gzip -n > '{tmp_path}/c-%02d.tar.gz'"
+    with ShardWriter(pattern, maxcount=3) as writer:
+        for sample in numbered(7):
+            writer.write(sample)
+    assert writer.shards == [pattern % n for n in range(3)]
+    files = [str(tmp_path / f"c-{n:02d}.tar.gz") for n in range(3)]
+    assert sorted(os.listdir(tmp_path)) == [Path(f).name for f in files]
+    assert [s["__key__"] for s in raw(files)] == [f"{i:05d}" for i in range(7)]
+
+
+def test_shard_writer_with_a_failing_command_names_it(tmp_path: Path) -> None:
+    writer = ShardWriter("pipe:cat > /dev/null; exit 5 # %d", maxcount=1)
+    writer.write({"__key__": "a", "txt": "x"})
+    with pytest.raises(wds.CommandError, match=r"pipe:cat > /dev/null; exit 5 # 0: .* status 5"):
+        writer.write({"__key__": "b", "txt": "x"})  # finishes shard 0 first
+    assert writer.shards == []
+
+
+def test_shard_writer_unknown_scheme_writes_no_local_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    writer = ShardWriter("nosuch://bucket/x-%06d.tar")
+    with pytest.raises(ValueError, match=r"nosuch://bucket/x-000000\.tar: cannot write: unknown"):
+        writer.write({"__key__": "a", "txt": "x"})
+    writer.close()
+    assert os.listdir(tmp_path) == [] and writer.shards == []
+
+
+KILLED_TAR_WRITER = """
+import sys, time
+from wdspipes.write import TarWriter
+
+writer = TarWriter(sys.argv[1])
+for index in range(25):
+    writer.write({"__key__": f"{index:05d}", "bin": bytes([index]) * 20_000})
+writer._stream.flush()
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_killed_tar_writer_leaves_nothing_under_its_name(tmp_path: Path) -> None:
+    path = tmp_path / "k.tar"
+    pid = shardgen.kill_when_ready(KILLED_TAR_WRITER, str(path))
+    assert os.listdir(tmp_path) == [f".k.tar.partial-{pid}"]
+    assert (tmp_path / f".k.tar.partial-{pid}").stat().st_size >= 25 * 20_000

@@ -48,6 +48,7 @@ __all__ = [
     "SampleError",
     "ShardError",
     "ShardOpenError",
+    "ShardWriteError",
     "StreamFormatError",
     "TarFormatError",
     "TruncatedShardError",
@@ -162,6 +163,11 @@ class CommandError(ShardError, OSError):
         super().__init__(problem, url=url)
         self.command = command
         self.status = status
+
+
+class ShardWriteError(ShardError, OSError):
+    """A shard cannot be written: the target failed while it was written or completed (a
+    full disk, a refused upload). An ``OSError``, as what webdataset's writers let through."""
 
 
 class TarFormatError(ShardError):

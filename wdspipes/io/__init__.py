@@ -1,4 +1,4 @@
-"""Opening shards: URL schemes and the ``open_shards`` stage."""
+"""Opening shards, for reading and writing: URL schemes and the ``open_shards`` stage."""
 
 from wdspipes.io.opener import (
     SCHEMES,
@@ -9,13 +9,16 @@ from wdspipes.io.opener import (
     open_url,
     url_opener,
 )
+from wdspipes.io.sinks import ByteSink, open_sink
 
 __all__ = [
     "SCHEMES",
+    "ByteSink",
     "ByteStream",
     "ShardOpener",
     "ShardStream",
     "close_quietly",
+    "open_sink",
     "open_url",
     "url_opener",
 ]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import zlib
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol, overload
 
 from torch.utils.data import IterDataPipe
 
@@ -33,6 +34,7 @@ from wdspipes.io.cache import (
 from wdspipes.io.http import open_ais, open_http
 from wdspipes.io.local import open_file, open_stdin, url_scheme
 from wdspipes.io.pipe import open_pipe
+from wdspipes.io.sinks import ByteSink, open_sink
 from wdspipes.io.stores import STORE_EXTRAS, fsspec_protocols, open_fsspec
 
 __all__ = [
@@ -111,15 +113,41 @@ SCHEMES: dict[str, Callable[[str], ByteStream]] = {
 """URL scheme to opening function; paths without a scheme and ``-`` are handled apart."""
 
 
-def open_url(url: str, *, storage_options: Mapping[str, Any] | None = None) -> ByteStream:
+@overload
+def open_url(
+    url: str, mode: Literal["rb"] = "rb", *, storage_options: Mapping[str, Any] | None = None
+) -> ByteStream: ...
+
+
+@overload
+def open_url(
+    url: str | os.PathLike[str],
+    mode: Literal["wb"],
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+) -> ByteSink: ...
+
+
+def open_url(
+    url: str | os.PathLike[str],
+    mode: Literal["rb", "wb"] = "rb",
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+) -> ByteStream | ByteSink:
     """Open a shard URL: a local path, ``file:`` URL, ``-`` (stdin), ``pipe:CMD``, a URL of
     another scheme in :data:`SCHEMES`, or else a URL that fsspec opens (``s3://``, ``gs://``,
     ``az://``, ``hf://``, ...; see :mod:`wdspipes.io.stores`).
+
+    With ``mode="wb"``, open it for writing instead, as webdataset's ``gopen(url, "wb")``
+    does: the same URLs, ``-`` being standard output and ``pipe:CMD`` the command's standard
+    input; the result is a :class:`~wdspipes.io.sinks.ByteSink`, whose ``close()`` completes
+    the file (atomically where the target allows it: see :mod:`wdspipes.io.sinks`).
 
     A one-letter prefix such as ``C:`` is a path, not a scheme.
 
     Args:
         url: the shard's URL.
+        mode: ``"rb"`` to read, ``"wb"`` to write.
         storage_options: options for fsspec's filesystem (credentials, ``endpoint_url``, ...);
             URLs that fsspec does not open ignore them.
 
@@ -127,6 +155,7 @@ def open_url(url: str, *, storage_options: Mapping[str, Any] | None = None) -> B
         ShardOpenError: the URL is not a string, its scheme is unknown, the package that reads
             it is not installed, or opening failed. An ``OSError`` (a ``FileNotFoundError``
             for a missing file, ...), for an unknown scheme also a ``ValueError``.
+        ValueError: a mode other than ``"rb"`` and ``"wb"``.
 
     >>> open_url("gopher://example/a.tar")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
@@ -134,6 +163,10 @@ def open_url(url: str, *, storage_options: Mapping[str, Any] | None = None) -> B
     wdspipes.errors.ShardOpenError: gopher://example/a.tar: unknown URL scheme 'gopher'; \
 supported: ...file:, ...pipe:, ...'-' for stdin, plain paths, and the schemes fsspec knows ...
     """
+    if mode == "wb":
+        return open_sink(url, storage_options)
+    if mode != "rb":
+        raise ValueError(f"mode must be 'rb' or 'wb', got {mode!r}")
     if not isinstance(url, str):
         raise ShardOpenError(f"a shard URL must be a string, got {type(url).__name__}: {url!r}")
     if url == "-":

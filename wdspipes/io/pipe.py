@@ -17,7 +17,7 @@ import subprocess
 from wdspipes.errors import CommandError
 from wdspipes.io.local import BUFFER_SIZE
 
-__all__ = ["PipeStream", "open_pipe"]
+__all__ = ["PipeStream", "describe_status", "open_pipe"]
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class PipeStream:
         status = self._process.wait()
         if status not in _OK_STATUS:
             raise CommandError(
-                _describe_status(status), command=self.command, status=status, url=self.url
+                describe_status(status), command=self.command, status=status, url=self.url
             )
 
     def _end_early(self) -> None:
@@ -86,7 +86,12 @@ class PipeStream:
                 log.debug("closing abandoned %r failed", self.url, exc_info=True)
 
 
-def _describe_status(status: int) -> str:
+def describe_status(status: int) -> str:
+    """What a command's exit status says, for errors: a status, or the signal that killed it.
+
+    >>> describe_status(2), describe_status(-9)
+    ('command exited with status 2', 'command was killed by signal SIGKILL')
+    """
     if status < 0:
         return f"command was killed by signal {signal.Signals(-status).name}"
     return f"command exited with status {status}"

@@ -46,7 +46,7 @@ from tqdm import tqdm
 
 from wdspipes.core.datapipe import Sample
 from wdspipes.errors import WdsError
-from wdspipes.io.local import local_path
+from wdspipes.io.local import local_path, url_scheme
 from wdspipes.pipeline import WebDataset
 from wdspipes.read.shards import ShardSpec, expand_urls
 from wdspipes.write import ShardWriter
@@ -137,7 +137,8 @@ def reshard(
 
     Args:
         inputs: a shard spec (see :func:`~wdspipes.read.shards.expand_urls`).
-        pattern: the output names, printf-style: ``"out/train-%06d.tar"``.
+        pattern: the output names, printf-style: ``"out/train-%06d.tar"``: local paths (the
+            shards are renamed into place), no URL.
         maxcount: the most samples per output shard.
         maxsize: the most bytes per output shard.
         shuffle: write the samples in a uniformly random order.
@@ -155,7 +156,8 @@ def reshard(
         A :class:`ReshardReport`.
 
     Raises:
-        ValueError: a bad argument, or an output name that could overwrite an input.
+        ValueError: a bad argument, a pattern that is a URL, or an output name that could
+            overwrite an input.
         WdsError: an input cannot be read (the error names the shard).
         OSError: the output cannot be written, or an output name is a directory.
         RuntimeError: fewer or more samples were written than read (a bug, never expected).
@@ -164,6 +166,12 @@ def reshard(
         raise ValueError(f"maxcount must be an int, got {maxcount!r}")
     _check_positive(maxcount=maxcount, maxsize=maxsize, memory=memory)
     check_pattern(pattern)
+    if url_scheme(pattern) is not None:
+        raise ValueError(
+            f"reshard writes local shards, renamed into place when all are written; the "
+            f"pattern must be a path, got the URL {pattern!r} (write locally and copy, or "
+            "use ShardWriter, which writes to URLs)"
+        )
     urls = expand_urls(inputs)
     _check_no_clash(pattern, urls)
     start = time.perf_counter()

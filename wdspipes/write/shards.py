@@ -1,9 +1,13 @@
 """The shard writer: samples in, a numbered series of tar shards out, each complete or absent.
 
-Each shard is written under a temporary name in its final directory (``.NAME.partial-PID``,
-hidden, and never a name of the pattern), synced to disk, and renamed to its final name only
-once complete (:class:`~wdspipes.writers.atomic.AtomicFile`): a crash or an exception never
-leaves a truncated shard under a final name.
+Shards go to the URLs the pattern gives, through ``open_url(url, "wb")``: local paths,
+``file:`` URLs, ``pipe:COMMAND`` and fsspec stores (``s3://...``). A local shard is written
+under a temporary name in its final directory (``.NAME.partial-PID``, hidden, and never a name
+of the pattern), synced to disk, and renamed to its final name only once complete
+(:class:`~wdspipes.io.atomic.AtomicFile`): a crash or an exception never leaves a
+truncated shard under a final name. In an object store the object appears only when its
+upload completes; a ``pipe:`` command gets the bytes as they come (see
+:mod:`wdspipes.io.sinks`).
 
 >>> import os, tempfile
 >>> directory = tempfile.mkdtemp()
@@ -25,7 +29,8 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
-from wdspipes.write.atomic import AtomicFile
+from wdspipes.io.local import local_path
+from wdspipes.io.sinks import ByteSink, open_sink
 from wdspipes.write.encoders import SampleEncoder
 from wdspipes.write.tar import (
     TarWriter,
@@ -46,24 +51,27 @@ class ShardWriter:
     """Write samples to numbered tar shards, rolling over by sample count and by size.
 
     Args:
-        pattern: the shards' paths, with one printf-style integer placeholder for the shard
-            number: ``"out/train-%06d.tar"``. Missing directories are created.
+        pattern: the shards' URLs, with one printf-style integer placeholder for the shard
+            number: ``"out/train-%06d.tar"``, ``"s3://bucket/train-%06d.tar"``,
+            ``"pipe:gzip > train-%06d.tar.gz"``. Missing local directories are created.
         maxcount: at most this many samples per shard.
         maxsize: at most this many bytes per shard, unless a single sample is larger (it then
             gets a shard of its own). Exact for plain tar (end marker and padding included);
             when compressing, the compressed bytes emitted so far plus the next sample's
             uncompressed size, so a shard may exceed it by what the compressor holds back.
-        post: called with each finished shard's final path, in order (an upload hook).
+        post: called with each finished shard's URL, in order, once it is complete there.
         start_shard: the number of the first shard.
-        compress, encoder, mtime, trusted: as for :class:`~wdspipes.writers.TarWriter`.
+        compress, encoder, mtime, trusted, storage_options: as for
+            :class:`~wdspipes.write.TarWriter`.
 
     Attributes:
-        shards: the final paths of the finished shards, in order.
+        shards: the URLs of the finished shards, in order, as the pattern gives them.
         count: samples written in all.
 
     Raises:
         ValueError: a pattern without exactly one integer placeholder, a bad limit, an unknown
             compression or an mtime out of range.
+        ShardOpenError: a shard's URL cannot be opened for writing (raised by ``write``).
 
     A sample that fails to encode raises :class:`~wdspipes.errors.EncodeError` before any of
     it is written. An exception inside ``with ShardWriter(...)`` deletes the unfinished shard
@@ -82,6 +90,8 @@ class ShardWriter:
         encoder: bool | SampleEncoder | Callable[[dict[str, Any]], dict[str, Any]] = True,
         mtime: float = 0,
         trusted: bool = False,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         check_pattern(pattern)
         if maxcount < 1:
@@ -97,10 +107,11 @@ class ShardWriter:
         self.post = post
         self.compress = compress
         self.mtime = check_mtime(mtime)
+        self.storage_options = storage_options
         self._encode = member_encoder(encoder, trusted)
         self._next_shard = start_shard
         self._writer: TarWriter | None = None
-        self._file: AtomicFile | None = None
+        self._file: ByteSink | None = None
         self._closed = False
         self.shards: list[str] = []
         self.count = 0
@@ -128,23 +139,24 @@ class ShardWriter:
         self.count += 1
 
     def _open(self) -> TarWriter:
-        """Start the next shard under its temporary name."""
+        """Start the next shard (under its temporary name, where it has one)."""
         final = self.pattern % self._next_shard
-        directory = os.path.dirname(final)
+        directory = os.path.dirname(local_path(final) or "")
         if directory:
             os.makedirs(directory, exist_ok=True)
-        self._file = AtomicFile(final)  # committed by _finish, aborted by _abort
-        self._writer = TarWriter(self._file.file, compress=self.compress, mtime=self.mtime)
+        self._file = open_sink(final, self.storage_options)  # closed by _finish or _abort
+        self._writer = TarWriter(self._file, compress=self.compress, mtime=self.mtime)
         self._next_shard += 1
         return self._writer
 
     def _finish(self) -> None:
-        """Complete the current shard, sync it, rename it to its final name, call ``post``."""
+        """Complete the current shard (synced and renamed to its final name, uploaded, ...),
+        call ``post``."""
         assert self._writer is not None and self._file is not None  # by the callers
-        final = self._file.path
+        final = self._file.url
         try:
             self._writer.close()
-            self._file.commit()
+            self._file.close()
         except BaseException:
             self._abort()
             raise

@@ -3,7 +3,8 @@ read back by ``load_cbor`` and ``load_msgpack`` (:mod:`wdspipes.read.streams`).
 
 An item holds a sample's fields and its ``__key__``; the other ``__`` entries (``__url__``,
 ``__local_path__``) are left out. A file written to a path is put under its name only once it
-is complete (:class:`~wdspipes.write.atomic.AtomicFile`): the format cannot show a shard cut
+is complete (a local file: temporary name, fsync, rename; an object store: when the upload
+completes; see :func:`~wdspipes.io.open_url` with ``"wb"``): the format cannot show a shard cut
 between two items, which reads as a shorter valid one.
 """
 
@@ -18,7 +19,7 @@ import cbor2
 import msgpack
 
 from wdspipes.errors import EncodeError
-from wdspipes.write.atomic import AtomicFile
+from wdspipes.io.sinks import ByteSink, open_sink
 
 __all__ = ["CborWriter", "MsgpackWriter"]
 
@@ -28,11 +29,17 @@ class _StreamWriter:
 
     kind = ""
 
-    def __init__(self, target: str | os.PathLike[str] | BinaryIO) -> None:
-        self._atomic: AtomicFile | None = None
+    def __init__(
+        self,
+        target: str | os.PathLike[str] | BinaryIO,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._sink: ByteSink | None = None
         if isinstance(target, str | os.PathLike):
-            self._atomic = AtomicFile(target)  # committed by close(), aborted by __exit__
-            self.stream: BinaryIO = self._atomic.file
+            # closed by close(), aborted by __exit__
+            self._sink = open_sink(target, storage_options)
+            self.stream: BinaryIO | ByteSink = self._sink
         else:
             self.stream = target
         self.count = 0
@@ -64,21 +71,22 @@ class _StreamWriter:
         return len(data)
 
     def close(self) -> None:
-        """Flush the stream; a file written to a path is then synced to disk and renamed to
-        its name. Closing again does nothing."""
+        """Flush the stream; a file written to a URL is then completed (a local file synced
+        to disk and renamed to its name). Closing again does nothing."""
         if self.closed:
             return
         self.closed = True
-        if self._atomic is None:
+        if self._sink is None:
             self.stream.flush()
         else:
-            self._atomic.commit()
+            self._sink.close()
 
     def _abort(self) -> None:
-        """Stop writing: a file written to a path is deleted, never put under its name."""
+        """Stop writing: a file written to a URL is given up, never put under its name where
+        the target allows it."""
         self.closed = True
-        if self._atomic is not None:
-            self._atomic.abort()
+        if self._sink is not None:
+            self._sink.abort()
         else:
             self.stream.flush()
 
@@ -101,10 +109,13 @@ class CborWriter(_StreamWriter):
     """Write samples as concatenated CBOR items, readable by ``load_cbor``.
 
     Args:
-        target: a path, or a binary stream (flushed, not closed, by ``close()``). A path is
-            written under a temporary name beside it, ``.NAME.partial-PID``, and ``close()``
-            syncs it to disk and renames it to its name (replacing a file there); an exception
-            in the ``with`` block deletes it instead.
+        target: a URL (``open_url(target, "wb")``: a path, ``file:``, ``-``, ``pipe:CMD``, an
+            fsspec store's URL), or a binary stream (flushed, not closed, by ``close()``). A
+            path is written under a temporary name beside it, ``.NAME.partial-PID``, and
+            ``close()`` syncs it to disk and renames it to its name (replacing a file there);
+            an exception in the ``with`` block deletes it instead. An object store creates
+            the object when ``close()`` completes the upload (see :mod:`wdspipes.io.sinks`).
+        storage_options: for an fsspec store's URL, its filesystem's options.
 
     The format cannot tell a file cut between two items from a shorter shard: it reads as a
     valid one. So the writer only ever puts a complete file under the name; a process killed

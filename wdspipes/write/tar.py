@@ -38,12 +38,14 @@ from types import TracebackType
 from typing import Any, BinaryIO, Protocol
 
 from wdspipes.errors import EncodeError
+from wdspipes.io.sinks import ByteSink, open_sink
 from wdspipes.write.encoders import BYTES_TYPES, SampleEncoder, check_fields, check_key
 
 __all__ = [
     "COMPRESSIONS",
     "RECORD",
     "TarWriter",
+    "Writable",
     "check_compress",
     "check_mtime",
     "member_blocks",
@@ -75,12 +77,25 @@ class _Compressor(Protocol):
     def flush(self) -> bytes: ...
 
 
+class Writable(Protocol):
+    """What a writer writes to, when given a stream: a binary file, ``io.BytesIO``,
+    ``sys.stdout.buffer``, a :class:`~wdspipes.io.sinks.ByteSink`."""
+
+    def write(self, data: bytes, /) -> object: ...
+
+    def flush(self) -> None: ...
+
+
 class TarWriter:
     """Write samples to a tar archive, one member ``key.field`` per field, sorted by field.
 
     Args:
-        target: a path (opened for writing, closed by :meth:`close`) or a writable binary
-            stream (flushed, not closed, by :meth:`close`).
+        target: a URL, opened for writing with ``open_url(target, "wb")``: a path (a
+            ``pathlib.Path`` always is one), a ``file:`` URL, ``-`` (standard output),
+            ``pipe:COMMAND``, or a URL of an fsspec store (``s3://...``); :meth:`close`
+            completes it, so that it appears under its name only then where the target
+            allows it (see :mod:`wdspipes.io.sinks`). Or a writable binary stream, flushed but
+            not closed by :meth:`close`.
         encoder: ``True`` encodes values by field extension (:class:`SampleEncoder`);
             ``False`` takes ``bytes`` values only; a function maps each sample to a dict of
             field -> bytes (its ``__key__``, else the sample's, names the members).
@@ -88,6 +103,8 @@ class TarWriter:
         mtime: modification time of every member, in seconds since the epoch (truncated to
             an int).
         trusted: let the default encoder write pickle and ``torch.save`` fields.
+        storage_options: for a URL of an fsspec store, its filesystem's options (credentials,
+            ``endpoint_url``, ...).
 
     Attributes:
         count: samples written.
@@ -97,26 +114,33 @@ class TarWriter:
     Raises:
         ValueError: an unknown compression, or an mtime outside 0 .. 8**11 - 1.
         ImportError: ``"zst"`` without the ``zstandard`` package.
+        ShardOpenError: the URL cannot be opened for writing (an unknown scheme, a missing
+            directory, ...).
 
     A sample that fails to encode raises :class:`~wdspipes.errors.EncodeError` before any of
-    its members is written: the archive stays valid.
+    its members is written: the archive stays valid. Given a URL, an exception inside
+    ``with TarWriter(url)`` aborts the archive (:meth:`abort`): nothing appears under the
+    URL where the target allows it, and no end-of-archive marker is written.
     """
 
     def __init__(
         self,
-        target: str | os.PathLike[str] | BinaryIO,
+        target: str | os.PathLike[str] | Writable | BinaryIO,
         encoder: bool | SampleEncoder | Callable[[dict[str, Any]], dict[str, Any]] = True,
         compress: str | None = None,
         mtime: float = 0,
         trusted: bool = False,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         compressor = _compressor(compress)
         self.mtime = check_mtime(mtime)
         self.compress = compress
         self._encode = member_encoder(encoder, trusted)
-        self._own = isinstance(target, (str, os.PathLike))
+        self._sink: ByteSink | None = None
         if isinstance(target, (str, os.PathLike)):
-            self._stream: BinaryIO = open(target, "wb")  # noqa: SIM115  # closed by close()
+            self._sink = open_sink(target, storage_options)  # completed by close()
+            self._stream: Writable = self._sink
         else:
             self._stream = target
         self._compressor = compressor
@@ -176,8 +200,12 @@ class TarWriter:
         self.size += len(data)
 
     def close(self) -> None:
-        """Write the end-of-archive marker and padding, flush, and close a target opened from
-        a path. Closing again does nothing."""
+        """Write the end-of-archive marker and padding, flush, and complete a target opened
+        from a URL (it appears under its name now). Closing again does nothing.
+
+        Raises:
+            ShardWriteError, CommandError: completing the target failed; it is aborted.
+        """
         if self._closed:
             return
         self._closed = True
@@ -189,9 +217,24 @@ class TarWriter:
                 self._stream.write(tail)
                 self.size += len(tail)
             self._stream.flush()
-        finally:
-            if self._own:
-                self._stream.close()
+        except BaseException:
+            if self._sink is not None:
+                self._sink.abort()
+            raise
+        if self._sink is not None:
+            self._sink.close()
+
+    def abort(self) -> None:
+        """Stop writing without an end-of-archive marker. A target opened from a URL is given
+        up: nothing appears under it where the target allows it (see
+        :mod:`wdspipes.io.sinks`); a stream given is flushed. Once closed, nothing happens."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._sink is not None:
+            self._sink.abort()
+        else:
+            self._stream.flush()
 
     def __enter__(self) -> TarWriter:
         return self
@@ -202,7 +245,10 @@ class TarWriter:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self.close()
+        if exc_type is not None and self._sink is not None:
+            self.abort()
+        else:
+            self.close()
 
     def __repr__(self) -> str:
         return f"TarWriter(compress={self.compress!r}, count={self.count}, size={self.size})"

@@ -5,8 +5,8 @@
 to disk with ``fsync`` and renames it to its final name with ``os.replace`` (atomic on POSIX
 file systems, replacing a file of that name); :meth:`~AtomicFile.abort` closes and deletes it.
 A process killed on the way leaves at most the temporary file, and an older file under the
-final name stays as it was until the commit. :class:`~wdspipes.writers.ShardWriter`,
-:class:`~wdspipes.streams.CborWriter` and :class:`~wdspipes.streams.MsgpackWriter` write
+final name stays as it was until the commit. :class:`~wdspipes.write.ShardWriter`,
+:class:`~wdspipes.write.streams.CborWriter` and :class:`~wdspipes.write.streams.MsgpackWriter` write
 through it.
 
 >>> import os, pathlib, tempfile
