@@ -134,3 +134,37 @@ def test_a_dataset_not_of_wdspipes_behaves_as_without_wdspipes() -> None:
     assert (without.pop("mended"), with_wdspipes.pop("mended")) == (False, True)
     assert with_wdspipes == without
     assert without["stateful, 0 workers"]["head"]  # it did run
+
+
+# A garbage collection that reaches an abandoned FullSync while a thread starts (as happened in
+# a 2-rank run, tests/test_distributed.py): the collector runs inside threading's bookkeeping,
+# which holds the lock every ending thread takes. This script finalizes a FullSync whose
+# prefetch thread is alive right there; torchdata's own __del__ joins that thread and so waits
+# for itself forever.
+FULL_SYNC = """
+import sys, threading, warnings
+warnings.simplefilter("ignore")
+import torchdata.dataloader2
+from torchdata.datapipes.iter.util.distributed import FullSyncIterDataPipe, _PrefetchExecutor
+from torch.utils.data.datapipes.iter import IterableWrapper
+if sys.argv[1] == "with":
+    import wdspipes
+pipe = FullSyncIterDataPipe(IterableWrapper(range(3)))
+pipe._executor = _PrefetchExecutor(iter(range(3)), 1, None, 10)
+pipe._executor.return_next()  # the prefetch thread is running
+with threading._shutdown_locks_lock:  # as inside threading's start of a new thread
+    pipe.__del__()
+print("released")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("wdspipes", ["with", "without"])
+def test_a_collected_full_sync_does_not_wait_for_its_own_thread(wdspipes: str) -> None:
+    command = [sys.executable, "-c", FULL_SYNC, wdspipes]
+    if wdspipes == "without":  # the control: torchdata's __del__ hangs there
+        with pytest.raises(subprocess.TimeoutExpired):
+            subprocess.run(command, capture_output=True, timeout=20)
+        return
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout == "released\n"

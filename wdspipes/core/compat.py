@@ -19,6 +19,13 @@ decoding images. The mend waits on a condition (the prefetch buffers) and on the
 classes, for every DataLoader2 in the process: the items and their order are the same as
 torchdata's wherever torchdata's own code does not fail.
 
+The same fix makes ``FullSync`` (the stage ``DistributedReadingService`` ends every rank's graph
+with) let go of its prefetch thread without waiting for it when it is garbage-collected.
+torchdata's ``__del__`` joins that thread; a collection can run inside Python's own thread
+bookkeeping (while a new thread starts, holding the lock a thread that ends must take), and
+there the join waited for itself: the rank hung, and the other ranks with it in their next
+collective. An explicit ``shutdown()`` still waits, as torchdata's does.
+
 **StatefulDataLoader** (:func:`mend_stateful_dataloader`), for a dataset that is a wdspipes
 pipeline, and only there:
 
@@ -62,6 +69,7 @@ log = logging.getLogger(__name__)
 
 _QUEUES = "torchdata.dataloader2.communication.iter"
 _PREFETCHER = "torchdata.datapipes.iter.util.prefetcher"
+_FULL_SYNC = "torchdata.datapipes.iter.util.distributed"
 _FIXED = "_wdspipes_fixed"
 _WAKE_UP = 0.1  # seconds: how often a wait for a worker looks whether the loader was shut down
 
@@ -99,8 +107,9 @@ def fix_dataloader2() -> bool:
     hook_iterator(namespace)
     prefetcher.__iter__ = namespace["__iter__"]
     prefetcher.thread_worker = staticmethod(_prefetch)
+    importlib.import_module(_FULL_SYNC).FullSyncIterDataPipe.__del__ = _release_full_sync
     setattr(consumer, _FIXED, True)
-    log.debug("mended DataLoader2's round-robin (pytorch/data#1310) and prefetch buffers")
+    log.debug("mended DataLoader2's round-robin (pytorch/data#1310), prefetch buffers, FullSync")
     return True
 
 
@@ -208,6 +217,24 @@ def _prefetch(state: Any) -> None:
         with changed:
             buffer.append(item)
             changed.notify_all()
+
+
+def _release_full_sync(self: Any) -> None:
+    """``FullSyncIterDataPipe.__del__``, mended: stop its prefetch thread without joining it.
+
+    A garbage collection may run this on any thread at any allocation, including inside
+    ``threading``'s bookkeeping of a thread that starts, which holds the lock that a joined
+    thread takes as it ends: torchdata's join there never returned. The thread, told to stop,
+    ends by itself once its current item is read."""
+    prefetch = getattr(self, "_executor", None)
+    if prefetch is None:
+        return
+    self._executor = None
+    prefetch._paused = False
+    prefetch._is_shutdown = True
+    while prefetch._futures:
+        prefetch._futures.popleft().cancel()
+    prefetch._executor.shutdown(wait=False)
 
 
 def _request(self: Any, index: int) -> None:
