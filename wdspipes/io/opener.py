@@ -286,7 +286,7 @@ class ShardOpener(StageDataPipe[ShardStream]):
         self.handler = handler
         self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_size)
         self.storage_options = storage_options
-        # Resume bookkeeping (see wdspipes.resume): shards taken this epoch and a checksum
+        # Resume bookkeeping (see wdspipes.core.resume): shards taken this epoch and a checksum
         # of their URLs, what a restored state asks of the next iteration, and the URLs of
         # shards to read again.
         self.taken = 0
@@ -347,7 +347,7 @@ class ShardOpener(StageDataPipe[ShardStream]):
         self._target = (number, wanted)
 
     def set_seed(self, seed: int) -> None:
-        """A loader begins an epoch: a state loaded before is dropped (see wdspipes.resume)."""
+        """A loader begins an epoch: a state loaded before is dropped (see wdspipes.core.resume)."""
         self._saved = self._target = None
 
     def open_again(self, url: str) -> ByteStream:

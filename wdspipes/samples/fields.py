@@ -433,7 +433,7 @@ class ItemSlicer(StageDataPipe[Any]):
                 return
 
     def set_seed(self, seed: int) -> None:
-        """A loader begins an epoch: a state loaded before is dropped (see wdspipes.resume)."""
+        """A loader begins an epoch: a state loaded before is dropped (see wdspipes.core.resume)."""
         self._resume = None
 
     def resume_state(self) -> dict[str, Any]:

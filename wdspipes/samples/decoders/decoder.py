@@ -8,7 +8,7 @@ basic handlers. A field nobody decodes stays bytes; fields starting with ``__`` 
 
 A handler with a true ``takes_rng`` attribute (an image decoder with ``crop=``) is called as
 ``handler(key, data, rng)``: ``rng`` is a ``random.Random`` seeded from the stage's seed for the
-epoch (see :mod:`wdspipes.seeds`) and the sample's ``__url__`` and ``__key__``, so its draws do
+epoch (see :mod:`wdspipes.core.seeds`) and the sample's ``__url__`` and ``__key__``, so its draws do
 not depend on the order samples come in (a resumed epoch draws the same), and each field of a
 sample gets a generator in the same state (an image and its mask of one size crop alike).
 """
@@ -125,7 +125,7 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
     Args:
         source_datapipe: yields sample dicts of bytes.
         *handlers: image specs (``"rgb8"``, ``"torchrgb"``, ...; see
-            :mod:`wdspipes.decoders.images`) and ``(key, data)`` handlers (``(key, data, rng)``
+            :mod:`wdspipes.samples.decoders.images`) and ``(key, data)`` handlers (``(key, data, rng)``
             for those with a true ``takes_rng``, such as an ``ImageDecoder`` with ``crop=``),
             tried in order after the gzip pre-handler and before the basic decoders.
         only: field names (a list, or one string of space-separated names) to decode; the
@@ -136,7 +136,7 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
         trusted: allow pickle fields and a full ``torch.load``, which run code from the data.
         seed: fixes the generators handed to random handlers (such as an image decoder with
             ``crop=``), with the epoch; otherwise the loader's ``set_seed`` or fresh entropy
-            decides (see :mod:`wdspipes.seeds`).
+            decides (see :mod:`wdspipes.core.seeds`).
 
     Yields:
         Sample dicts with decoded values, fields in the same order.
@@ -214,7 +214,7 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
         handlers of this stage need not pickle)."""
         if not any(map(_takes_rng, chain)):
             return None
-        self.seeding.mark()  # its own epoch: resuming replays the material (wdspipes.seeds)
+        self.seeding.mark()  # its own epoch: resuming replays the material (wdspipes.core.seeds)
         source = self.source_datapipe
         stream = (
             (source.num_of_instances, source.instance_id)
