@@ -373,6 +373,19 @@ def test_cat_concatenates_in_order(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path)) == ["all.tar", *(Path(s).name for s in shards)]
 
 
+def test_cat_writes_to_any_url_the_writers_take(tmp_path: Path) -> None:
+    shards = write_shards(tmp_path, nshards=2, samples_per_shard=3)
+    expected = [s for shard in shards for s in read_back(shard)]
+
+    result = run("cat", *shards, "-o", "pipe:cat > piped.tar", cwd=tmp_path)
+
+    assert result.returncode == 0, result.stderr
+    assert read_back(tmp_path / "piped.tar") == expected
+    refused = run("cat", *shards, "-o", "gopher://host/x.tar", cwd=tmp_path)
+    assert_one_error_line(refused, "gopher://host/x.tar", "unknown URL scheme")
+    assert sorted(os.listdir(tmp_path)) == sorted(["piped.tar", *(Path(s).name for s in shards)])
+
+
 def test_cat_shuffle_is_a_reproducible_permutation(tmp_path: Path) -> None:
     write_shards(tmp_path, nshards=3, samples_per_shard=10)
     inputs = ["shard-000.tar", "shard-001.tar", "shard-002.tar"]

@@ -109,8 +109,8 @@ def _slice_option(ctx: click.Context, param: click.Parameter, value: str | None)
     "-o",
     "--output",
     required=True,
-    type=click.Path(dir_okay=False, allow_dash=True),
-    help="The shard to write; - for standard output.",
+    help="The shard to write: a path, - for standard output, pipe:COMMAND or a store's URL "
+    "(s3://...).",
 )
 @click.option(
     "--shuffle",

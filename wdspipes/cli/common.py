@@ -14,11 +14,10 @@ from __future__ import annotations
 import os
 import re
 import sys
-import tempfile
 import textwrap
 import time
 from collections.abc import Generator, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import click
@@ -38,7 +37,6 @@ __all__ = [
     "SIZE",
     "SizeType",
     "Stopwatch",
-    "atomic_output",
     "counted",
     "error_line",
     "expand_shards",
@@ -225,51 +223,16 @@ output_compression("-", None)
 
 
 @contextmanager
-def atomic_output(path: str) -> Iterator[str]:
-    """A temporary path next to ``path`` to write to; renamed to ``path`` when the block
-    succeeds, removed when it fails, so ``path`` never holds a partial file.
-
-    The file gets the permissions a new file would (the umask applies), not the private ones
-    of a temporary file.
-    """
-    directory = os.path.dirname(os.path.abspath(path))
-    descriptor, temporary = tempfile.mkstemp(
-        dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".part"
-    )
-    os.close(descriptor)
-    try:
-        os.chmod(temporary, 0o666 & ~_umask())
-        yield temporary
-        os.replace(temporary, path)
-    except BaseException:
-        with suppress(OSError):
-            os.unlink(temporary)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-@contextmanager
 def shard_writer(output: str, compress: str | None) -> Iterator[TarWriter]:
-    """A ``TarWriter(encoder=False)`` for the output argument ``output``: standard output for
-    ``-``, else a temporary file renamed to ``output`` when the block succeeds.
+    """A ``TarWriter(encoder=False)`` for the output argument ``output``: any URL the writers
+    take (a path, ``-`` for standard output, ``pipe:COMMAND``, ``s3://...``; see
+    :mod:`wdspipes.io.sinks`), complete under its name only when the block succeeds.
 
-    When the block fails, the temporary file is removed, and standard output is left without
-    the end-of-archive marker, so that whoever reads it sees that it is cut short.
+    When the block fails the archive is aborted: a path or an object is never created, and
+    standard output or a command is left without the end-of-archive marker, so that whoever
+    reads it sees that it is cut short.
     """
-    if output == "-":
-        writer = TarWriter(sys.stdout.buffer, encoder=False, compress=compress)
-        yield writer  # not closed on failure: no end marker
-        writer.close()
-        return
-    with (
-        atomic_output(output) as temporary,
-        TarWriter(temporary, encoder=False, compress=compress) as writer,
-    ):
+    with TarWriter(output, encoder=False, compress=compress) as writer:
         yield writer
 
 

@@ -43,7 +43,7 @@ Members = list[tuple[str, str]]
 
 
 @click.command()
-@click.argument("output", metavar="OUT", type=click.Path(dir_okay=False, allow_dash=True))
+@click.argument("output", metavar="OUT")
 @click.argument("source", metavar="SOURCE")
 @click.option(
     "--compress",
@@ -57,7 +57,8 @@ def create(output: str, source: str, compress: str | None) -> None:
     tar --sort=name; symbolic links and special files are skipped with a warning. A recipe:
     lines "archive-name source-path" (source paths relative to the recipe's directory; quote
     names with spaces; blank lines and # comments ignored), written in the recipe's order.
-    OUT appears only once it is complete; - writes to standard output.
+    OUT appears only once it is complete; - writes to standard output, and OUT may be any URL
+    the writers take (pipe:COMMAND, s3://...).
     """
     clock = Stopwatch()
     if os.path.isdir(source):

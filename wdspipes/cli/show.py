@@ -16,7 +16,6 @@ from PIL import Image, ImageDraw, ImageFont
 
 from wdspipes.cli.common import (
     Stopwatch,
-    atomic_output,
     counted,
     expand_shards,
     read_samples,
@@ -24,6 +23,7 @@ from wdspipes.cli.common import (
 )
 from wdspipes.core.datapipe import Sample
 from wdspipes.errors import DecodeError
+from wdspipes.io.sinks import open_sink
 
 __all__ = ["IMAGE_EXTENSIONS", "PAD", "Tile", "contact_sheet", "first_image", "show"]
 
@@ -155,8 +155,7 @@ def _fit(
     "-o",
     "--output",
     required=True,
-    type=click.Path(dir_okay=False),
-    help="The PNG file to write.",
+    help="The PNG to write: a path, - for standard output, pipe:COMMAND or a store's URL.",
 )
 @click.option(
     "--count", default=16, show_default=True, type=click.IntRange(min=1), help="How many images."
@@ -189,10 +188,13 @@ def show(shard: str, output: str, count: int, columns: int, size: int) -> None:
             f"{shard}: no images in {counted(read, 'sample')} (looked for fields {extensions})"
         )
     sheet = contact_sheet(tiles, columns, size)
-    with atomic_output(output) as temporary:
-        sheet.save(temporary, format="PNG")
+    picture = io.BytesIO()
+    sheet.save(picture, format="PNG")
+    with open_sink(output) as sink:  # complete under its name, or not there at all
+        sink.write(picture.getvalue())
     summarize(
         f"show: {counted(len(tiles), 'image')} from {counted(read, 'sample')} of "
         f"{shard} on a {sheet.width} x {sheet.height} pixel sheet, written to {output} in "
-        f"{clock.elapsed():.1f} s."
+        f"{clock.elapsed():.1f} s.",
+        err=output == "-",
     )

@@ -125,9 +125,10 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
     Args:
         source_datapipe: yields sample dicts of bytes.
         *handlers: image specs (``"rgb8"``, ``"torchrgb"``, ...; see
-            :mod:`wdspipes.samples.decoders.images`) and ``(key, data)`` handlers (``(key, data, rng)``
-            for those with a true ``takes_rng``, such as an ``ImageDecoder`` with ``crop=``),
-            tried in order after the gzip pre-handler and before the basic decoders.
+            :mod:`wdspipes.samples.decoders.images`) and ``(key, data)`` handlers
+            (``(key, data, rng)`` for those with a true ``takes_rng``, such as an
+            ``ImageDecoder`` with ``crop=``), tried in order after the gzip pre-handler and
+            before the basic decoders.
         only: field names (a list, or one string of space-separated names) to decode; the
             others pass through untouched.
         partial: let fields that are not bytes (decoded already) pass; without it they are an
