@@ -50,7 +50,7 @@ import zstandard
 from shardgen import BLOCK, end_marker, pax_member, raw_header, raw_member
 
 import wdspipes as wds
-from wdspipes.read.tar import detect_compression
+from wdspipes.read.compression import detect_compression
 
 Sample = dict[str, Any]
 Reader = Callable[[list[str], Callable[[Exception], object]], Iterable[Sample]]

@@ -37,6 +37,7 @@ from torch.utils.data import DataLoader
 import wdspipes as wds
 from wdspipes.io import opener
 from wdspipes.io.cache import ShardCache, _aux, _try_lock, _unlock, entry_name
+from wdspipes.io.urls import SCHEMES
 
 Sample = dict[str, Any]
 
@@ -103,7 +104,7 @@ class HttpSource:
 
 
 Source = PipeSource | HttpSource
-HTTP = "http" in opener.SCHEMES
+HTTP = "http" in SCHEMES
 
 
 @pytest.fixture(

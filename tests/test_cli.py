@@ -358,6 +358,44 @@ def test_info_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert err == f"wdspipes: error: 1 of 2 shards with problems: {tmp_path / 'bad.tar'}\n"
 
 
+# --- start-up ----------------------------------------------------------------------------
+
+# Runs the command as the entry point does, then says whether torch was loaded.
+WITHOUT_TORCH = """
+import sys
+from wdspipes.cli import main
+code = main(sys.argv[1:])
+print("torch loaded" if "torch" in sys.modules else "no torch", file=sys.stderr)
+sys.exit(code)
+"""
+
+
+def run_watched(*args: str | Path, cwd: Path) -> Result:
+    command = [sys.executable, "-c", WITHOUT_TORCH, *map(str, args)]
+    done = subprocess.run(command, capture_output=True, cwd=cwd, timeout=120)
+    return Result(done.returncode, done.stdout, done.stderr.decode())
+
+
+def test_help_create_and_info_start_without_torch(tmp_path: Path) -> None:
+    write_tree(tmp_path / "src")
+    long_name = "a-shard-with-a-name-long-enough-that-the-summary-runs-past-a-hundred-columns.tar"
+    for args in (
+        ["--help"],
+        ["--version"],
+        ["info", "--help"],
+        ["cat", "--help"],
+        ["reshard", "--help"],
+        ["create", long_name, "src"],
+        ["info", long_name],
+    ):
+        result = run_watched(*args, cwd=tmp_path)
+        assert result.returncode == 0, (args, result.stderr)
+        assert result.error_lines[-1] == "no torch", (args, result.stderr)
+    created = run("create", "again-" + long_name, "src", cwd=tmp_path)
+    summary = created.text
+    assert len(summary) > 100 and summary.count("\n") == 1, summary  # piped: one line
+
+
 # --- cat ------------------------------------------------------------------------------------
 
 

@@ -25,7 +25,7 @@ from shardgen import BLOCK, make_tar, sample_members
 
 import wdspipes as wds
 from wdspipes.cli import cli
-from wdspipes.read.tar import iter_tar
+from wdspipes.read.walk import iter_tar
 from wdspipes.tools.reshard import reshard
 
 KEYS = ["00", "01", "02"]

@@ -13,7 +13,7 @@ from torch.utils.data.datapipes.iter import IterableWrapper
 from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
 import wdspipes as wds
-from wdspipes.read.shards import ShardSpec, expand_urls
+from wdspipes.read.specs import ShardSpec, expand_urls
 
 
 @pytest.mark.parametrize(

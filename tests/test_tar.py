@@ -29,7 +29,7 @@ from torch.utils.data.datapipes.iter import IterableWrapper
 
 import wdspipes as wds
 from wdspipes.io import ShardStream
-from wdspipes.read.tar import iter_tar
+from wdspipes.read.walk import iter_tar
 
 MEMBERS = [
     ("0001.txt", b"hello"),

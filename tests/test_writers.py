@@ -36,7 +36,7 @@ from PIL import Image
 
 import wdspipes as wds
 from wdspipes.errors import EncodeError, TruncatedShardError
-from wdspipes.read.tar import iter_tar
+from wdspipes.read.walk import iter_tar
 from wdspipes.samples.decoders import ImageDecoder
 from wdspipes.write import SampleEncoder, ShardWriter, TarWriter, encode_value
 from wdspipes.write.tar import RECORD, member_blocks

@@ -19,7 +19,8 @@ from wdspipes.errors import Handler, ResumeError, reraise_exception
 from wdspipes.io import ShardOpener
 from wdspipes.io.cache import DEFAULT_CACHE_SIZE, CacheDir, StorageOptions, opener_options
 from wdspipes.read.grouping import SampleGrouper
-from wdspipes.read.shards import ShardList, ShardResampler, ShardSpec, ShardSplit
+from wdspipes.read.shards import ShardList, ShardResampler, ShardSplit
+from wdspipes.read.specs import ShardSpec
 from wdspipes.read.tar import TarLoader
 from wdspipes.samples.shuffle import BufferShuffler
 

@@ -15,10 +15,9 @@ import itertools
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import closing
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import click
-from torch.utils.data.datapipes.iter import IterableWrapper
 
 from wdspipes.cli.common import (
     COMPRESSIONS,
@@ -31,8 +30,9 @@ from wdspipes.cli.common import (
     shard_writer,
     summarize,
 )
-from wdspipes.core.datapipe import Sample
-from wdspipes.samples.shuffle import BufferShuffler
+
+if TYPE_CHECKING:
+    from wdspipes.core.datapipe import Sample
 
 __all__ = ["cat", "parse_slice", "slice_items"]
 
@@ -159,6 +159,10 @@ def cat(
     reader = read_samples(urls, desc=output, ignore_zeros=ignore_zeros)
     samples: Iterable[Sample] = reader
     if bufsize is not None:
+        from torch.utils.data.datapipes.iter import IterableWrapper  # torch, with the reading
+
+        from wdspipes.samples.shuffle import BufferShuffler
+
         source = IterableWrapper(reader, deepcopy=False)
         samples = BufferShuffler(source, bufsize=bufsize, initial=bufsize, seed=seed)
     if bounds is not None:

@@ -13,23 +13,23 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import sys
 import textwrap
 import time
 from collections.abc import Generator, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from tqdm import tqdm
 
-from wdspipes.core.datapipe import Sample
-from wdspipes.io.opener import ShardOpener
-from wdspipes.read.grouping import SampleGrouper
-from wdspipes.read.shards import ShardList, expand_urls
-from wdspipes.read.tar import TarLoader
+from wdspipes.read.specs import expand_urls
 from wdspipes.tools.progress import progress
-from wdspipes.write import TarWriter
+
+if TYPE_CHECKING:
+    from wdspipes.core.datapipe import Sample
+    from wdspipes.write import TarWriter
 
 __all__ = [
     "COMPRESSIONS",
@@ -122,9 +122,13 @@ def warn(message: object) -> None:
 
 
 def summarize(text: str, err: bool = False) -> None:
-    """Write a command's closing summary, one paragraph wrapped to 100 columns, on stdout (on
-    stderr where stdout carries the output)."""
-    click.echo(textwrap.fill(one_line(text), width=100), err=err)
+    """Write a command's closing summary on stdout (on stderr where stdout carries the output):
+    one paragraph, wrapped at the terminal's width on a terminal, one line when piped or
+    redirected (for ``grep`` and logs)."""
+    line = one_line(text)
+    if (sys.stderr if err else sys.stdout).isatty():
+        line = textwrap.fill(line, width=shutil.get_terminal_size().columns)
+    click.echo(line, err=err)
 
 
 def expand_shards(specs: Sequence[str]) -> list[str]:
@@ -146,6 +150,11 @@ def read_samples(
     Raises:
         WdsError: a shard cannot be opened or read, or a sample has a duplicate field.
     """
+    from wdspipes.io.opener import ShardOpener  # torch: only commands that read load it
+    from wdspipes.read.grouping import SampleGrouper
+    from wdspipes.read.shards import ShardList
+    from wdspipes.read.tar import TarLoader
+
     loader = TarLoader(ShardOpener(ShardList(list(urls))), ignore_zeros=ignore_zeros)
     samples = SampleGrouper(loader)
     with progress(unit=" samples", desc=desc) as bar:
@@ -232,6 +241,8 @@ def shard_writer(output: str, compress: str | None) -> Iterator[TarWriter]:
     standard output or a command is left without the end-of-archive marker, so that whoever
     reads it sees that it is cut short.
     """
+    from wdspipes.write import TarWriter  # numpy and the URL layer: only commands that write
+
     with TarWriter(output, encoder=False, compress=compress) as writer:
         yield writer
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from wdspipes.demo import DemoOptions, run_demo
+from wdspipes.demo.options import DemoOptions
 
 __all__ = ["demo"]
 
@@ -90,6 +90,8 @@ def demo(
     earlier run are replaced), DIR/predictions.png and DIR/loss.png. The defaults take one to
     three minutes on two CPU cores.
     """
+    from wdspipes.demo.run import run_demo  # with torch: only when the demo runs
+
     run_demo(
         DemoOptions(
             output=output,

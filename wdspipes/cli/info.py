@@ -18,7 +18,7 @@ import stat
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -32,8 +32,9 @@ from wdspipes.cli.common import (
 )
 from wdspipes.core.names import is_meta, split_name
 from wdspipes.errors import DataAfterEndError, NoEndMarkerWarning, WdsError
-from wdspipes.io.opener import ByteStream, close_quietly, open_url, shard_failure
-from wdspipes.read.tar import detect_compression, iter_tar
+
+if TYPE_CHECKING:
+    from wdspipes.io.urls import ByteStream
 
 __all__ = ["FieldStats", "Problem", "ShardReport", "info", "read_shard"]
 
@@ -171,6 +172,10 @@ def read_shard(url: str, *, ignore_zeros: bool = False) -> ShardReport:
     after the end-of-archive marker a ``data-after-end`` one (read on past zero blocks
     instead with ``ignore_zeros``); a shard ending after a member without the marker a
     ``no-end-marker`` one (``wdspipes cat`` writes it again with one)."""
+    from wdspipes.io.urls import close_quietly, open_url, shard_failure
+    from wdspipes.read.compression import detect_compression
+    from wdspipes.read.walk import iter_tar
+
     report = ShardReport(url)
     try:
         opened = open_url(url)

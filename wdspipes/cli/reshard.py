@@ -6,6 +6,8 @@ progress bars and prints the summary, or the error of a failed run, which wrote 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from wdspipes.cli.common import (
@@ -18,8 +20,9 @@ from wdspipes.cli.common import (
     summarize,
 )
 from wdspipes.errors import WdsError
-from wdspipes.tools.reshard import ReshardReport
-from wdspipes.tools.reshard import reshard as reshard_shards
+
+if TYPE_CHECKING:
+    from wdspipes.tools.reshard import ReshardReport
 
 __all__ = ["reshard"]
 
@@ -100,6 +103,8 @@ def reshard(
     """
     if seed is not None and not shuffle:
         raise click.UsageError("--seed applies only with --shuffle")
+    from wdspipes.tools.reshard import reshard as reshard_shards  # torch, with the reading
+
     try:
         report = reshard_shards(
             expand_shards(shards),
@@ -122,6 +127,7 @@ def reshard(
 def describe(report: ReshardReport) -> str:
     """The closing summary of a run.
 
+    >>> from wdspipes.tools.reshard import ReshardReport
     >>> describe(ReshardReport(samples=2000, bytes=3_000_000, shards=["a.tar", "b.tar"],
     ...     output_bytes=3_500_000, input_bytes=3_400_000, seconds=2.0, passes=2, buckets=3,
     ...     largest_bucket=1_500_000, seed=7))  # doctest: +NORMALIZE_WHITESPACE

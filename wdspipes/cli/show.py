@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import click
 from PIL import Image, ImageDraw, ImageFont
@@ -21,9 +22,11 @@ from wdspipes.cli.common import (
     read_samples,
     summarize,
 )
-from wdspipes.core.datapipe import Sample
 from wdspipes.errors import DecodeError
 from wdspipes.io.sinks import open_sink
+
+if TYPE_CHECKING:
+    from wdspipes.core.datapipe import Sample
 
 __all__ = ["IMAGE_EXTENSIONS", "PAD", "Tile", "contact_sheet", "first_image", "show"]
 

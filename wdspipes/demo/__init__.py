@@ -8,8 +8,7 @@
    the validation shards after each epoch.
 4. Draw a sheet of predictions and the loss curve (:mod:`wdspipes.demo.pictures`), and name
    everything written (:mod:`wdspipes.demo.run`).
+
+Its options are :class:`wdspipes.demo.options.DemoOptions` (no torch needed to read them), and
+:func:`wdspipes.demo.run.run_demo` runs it.
 """
-
-from wdspipes.demo.run import DemoOptions, DemoResult, run_demo
-
-__all__ = ["DemoOptions", "DemoResult", "run_demo"]

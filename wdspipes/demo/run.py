@@ -19,6 +19,7 @@ from typing import Any
 import click
 import torch
 
+from wdspipes.demo.options import DemoOptions
 from wdspipes.demo.pictures import loss_plot, prediction_sheet
 from wdspipes.demo.shapes import CLASSES, IMAGE_SIZE, write_split
 from wdspipes.demo.training import (
@@ -41,32 +42,6 @@ SHEET_IMAGES = 32
 """How many validation pictures the prediction sheet shows."""
 
 _SHARD_NAME = re.compile(r"(train|val)-\d{4,}\.tar")
-
-
-@dataclass(frozen=True)
-class DemoOptions:
-    """What the demo does; the defaults take one to three minutes on two CPU cores.
-
-    Raises:
-        ValueError: a count below 1, or ``workers`` or ``seed`` below 0, naming the option.
-    """
-
-    output: Path = Path("wdspipes-demo")
-    train_samples: int = 10_000
-    val_samples: int = 2_000
-    per_shard: int = 500
-    epochs: int = 5
-    batch_size: int = 64
-    workers: int = 1
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("train_samples", "val_samples", "per_shard", "epochs", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("workers", "seed"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 
 
 @dataclass

@@ -1,15 +1,16 @@
-"""Opening shards, for reading and writing: URL schemes and the ``open_shards`` stage."""
+"""Opening shards, for reading and writing: URL schemes (:mod:`~wdspipes.io.urls`, and
+:mod:`~wdspipes.io.sinks` for writing) and the ``open_shards`` stage
+(:mod:`~wdspipes.io.opener`, loaded with torch on first use, so that the ``wdspipes`` command
+opens and writes URLs without torch)."""
 
-from wdspipes.io.opener import (
-    SCHEMES,
-    ByteStream,
-    ShardOpener,
-    ShardStream,
-    close_quietly,
-    open_url,
-    url_opener,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from wdspipes.io.sinks import ByteSink, open_sink
+from wdspipes.io.urls import SCHEMES, ByteStream, ShardStream, close_quietly, open_url
+
+if TYPE_CHECKING:
+    from wdspipes.io.opener import ShardOpener, url_opener
 
 __all__ = [
     "SCHEMES",
@@ -22,3 +23,10 @@ __all__ = [
     "open_url",
     "url_opener",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``ShardOpener`` and ``url_opener``, the stage, loaded with torch on first use."""
+    if name in ("ShardOpener", "url_opener"):
+        return getattr(importlib.import_module("wdspipes.io.opener"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

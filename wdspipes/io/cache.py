@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from wdspipes.io.local import BUFFER_SIZE, local_path
 
 if TYPE_CHECKING:
-    from wdspipes.io.opener import ByteStream
+    from wdspipes.io.urls import ByteStream
 
 __all__ = [
     "DEFAULT_CACHE_SIZE",

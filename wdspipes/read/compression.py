@@ -24,7 +24,7 @@ import lzma
 from collections.abc import Callable
 from typing import Any
 
-from wdspipes.io.opener import ByteStream, RawShard
+from wdspipes.io.urls import ByteStream, RawShard
 
 __all__ = ["CorruptDataError", "Inflated", "detect_compression", "inflate"]
 

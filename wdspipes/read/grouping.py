@@ -24,9 +24,11 @@ from wdspipes.errors import (
     handle,
     reraise_exception,
 )
-from wdspipes.io.opener import ByteStream, ShardOpener
+from wdspipes.io.opener import ShardOpener
+from wdspipes.io.urls import ByteStream
 from wdspipes.read.positions import END, SampleReader, ShardCursor
-from wdspipes.read.tar import Member, TarLoader, TarMember, _TarWalk
+from wdspipes.read.tar import TarLoader
+from wdspipes.read.walk import Member, TarMember, TarWalk
 
 __all__ = ["SampleGrouper", "group_by_keys"]
 
@@ -39,7 +41,8 @@ class SampleGrouper(SampleReader):
     that does not increase) always starts a new sample.
 
     Args:
-        source_datapipe: yields :class:`~wdspipes.read.tar.TarMember` records, as ``load_tar`` does.
+        source_datapipe: yields :class:`~wdspipes.read.walk.TarMember` records, as ``load_tar``
+            does.
         handler: what to do with a duplicate field; continuing drops the duplicate member
             and goes on with the sample, stopping yields the sample so far and ends.
 
@@ -250,7 +253,7 @@ def group_by_keys(handler: Handler = reraise_exception) -> Stage:
 def _quiet_walk(stream: ByteStream, url: str, start: int, options: dict[str, bool]) -> Any:
     """The members of a shard from ``start``, read again to restore samples delivered before:
     a missing end-of-archive marker was reported then, and is not again."""
-    walk = _TarWalk(stream, url, start, **options)
+    walk = TarWalk(stream, url, start, **options)
     walk.unmarked_end = _already_reported
     return walk.members()
 

@@ -26,7 +26,8 @@ from wdspipes.core.datapipe import Sample, StageDataPipe
 from wdspipes.core.resumable import Place, SamplePlaces
 from wdspipes.core.resume import begin_replay
 from wdspipes.errors import Handler, ResumeError, WdsError, handle
-from wdspipes.io.opener import ByteStream, ShardOpener, ShardStream, close_quietly, shard_failure
+from wdspipes.io.opener import ShardOpener
+from wdspipes.io.urls import ByteStream, ShardStream, close_quietly, shard_failure
 
 __all__ = ["END", "START", "SampleReader", "ShardCursor", "read_shards"]
 
@@ -84,7 +85,7 @@ def read_shards(
     Each stream is read to its end with ``read(url, stream, offset)`` and then closed, so that
     a ``pipe:`` command that failed is reported, in preference to the damage it did to the
     shard; a failure of either goes through ``handler`` as a located error (see
-    :func:`~wdspipes.io.opener.shard_failure`), and the stream is closed whatever happens.
+    :func:`~wdspipes.io.urls.shard_failure`), and the stream is closed whatever happens.
 
     Args:
         source: yields opened shards, as ``open_shards`` does.
@@ -103,7 +104,7 @@ def read_shards(
 
     >>> import io
     >>> from wdspipes.errors import reraise_exception
-    >>> from wdspipes.io.opener import ShardStream
+    >>> from wdspipes.io.urls import ShardStream
     >>> shards = [ShardStream("a", io.BytesIO(b"xyz")), ShardStream("b", io.BytesIO(b"uvw"))]
     >>> def read(url, stream, offset):
     ...     stream.seek(offset)

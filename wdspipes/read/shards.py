@@ -1,73 +1,34 @@
-"""Shard lists: expand a shard spec into URLs, draw shards with replacement, split them up.
+"""Shard lists: a shard spec's URLs (expanded by :mod:`wdspipes.read.specs`), drawn with
+replacement, split among readers.
 
-A shard spec is a string or a list. A string is split on ``::`` and each part is
-brace-expanded (``{000..099}`` keeps its zero padding); a list is taken as is.
-
->>> expand_urls("data/train-{00..02}.tar::extra.tar")
-['data/train-00.tar', 'data/train-01.tar', 'data/train-02.tar', 'extra.tar']
 >>> list(ShardList("a-{1..3}.tar"))
 ['a-1.tar', 'a-2.tar', 'a-3.tar']
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
-import braceexpand
 from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
 from wdspipes.core.datapipe import StageDataPipe, functional_stage
 from wdspipes.core.distributed import sharding_filter_of
 from wdspipes.core.seeds import SeededStage, Seeding
+from wdspipes.read.specs import ShardSpec, expand_urls
 
 __all__ = [
     "ResampledShards",
     "ShardList",
     "ShardLister",
     "ShardResampler",
-    "ShardSpec",
     "ShardSplit",
     "SimpleShardList",
-    "expand_urls",
     "is_split",
     "split_by_node",
     "split_by_worker",
 ]
-
-ShardSpec = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
-
-
-def expand_urls(spec: ShardSpec) -> list[str]:
-    """The URLs of a shard spec: ``::`` parts of a string brace-expanded, a list as is.
-
-    Raises:
-        TypeError: the spec, or an item of a list, is not a string or path.
-        ValueError: the spec gives no URL, or an empty one.
-    """
-    if isinstance(spec, str):
-        urls = [url for part in spec.split("::") for url in braceexpand.braceexpand(part)]
-    elif isinstance(spec, os.PathLike):
-        urls = [os.fspath(spec)]
-    elif isinstance(spec, Sequence):
-        urls = [_as_url(item, index) for index, item in enumerate(spec)]
-    else:
-        raise TypeError(
-            f"a shard spec must be a string or a list of URLs, got {type(spec).__name__}"
-        )
-    if not urls:
-        raise ValueError(f"the shard spec {spec!r} names no shards")
-    if "" in urls:
-        raise ValueError(f"the shard spec {spec!r} contains an empty URL")
-    return urls
-
-
-def _as_url(item: object, index: int) -> str:
-    if isinstance(item, str | os.PathLike):
-        return os.fspath(item)
-    raise TypeError(f"shard list item {index} must be a string or path, got {type(item).__name__}")
 
 
 class ShardList(StageDataPipe[str]):

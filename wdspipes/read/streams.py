@@ -33,7 +33,8 @@ from torch.utils.data import IterDataPipe
 from wdspipes.core.curried import Stage, stage_factory
 from wdspipes.core.datapipe import Sample, functional_stage
 from wdspipes.errors import Handler, ResumeError, StreamFormatError, reraise_exception
-from wdspipes.io.opener import ByteStream, RawShard, ShardOpener, ShardStream, discard
+from wdspipes.io.opener import ShardOpener
+from wdspipes.io.urls import ByteStream, RawShard, ShardStream, discard
 from wdspipes.read.positions import END, SampleReader, ShardCursor, read_shards
 
 __all__ = [

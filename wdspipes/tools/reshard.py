@@ -48,7 +48,7 @@ from wdspipes.core.datapipe import Sample
 from wdspipes.errors import WdsError
 from wdspipes.io.local import local_path, url_scheme
 from wdspipes.pipeline import WebDataset
-from wdspipes.read.shards import ShardSpec, expand_urls
+from wdspipes.read.specs import ShardSpec, expand_urls
 from wdspipes.write import ShardWriter
 from wdspipes.write.shards import check_pattern
 

@@ -55,7 +55,6 @@ import numpy as np
 
 from wdspipes.core.names import is_meta, split_name
 from wdspipes.errors import EncodeError
-from wdspipes.samples.decoders.tenbin import encode_buffer
 
 __all__ = ["SampleEncoder", "check_fields", "check_key", "encode_value"]
 
@@ -320,6 +319,9 @@ def _tenbin(value: Any, extension: str, options: SampleEncoder) -> bytes | None:
         isinstance(array, np.ndarray) for array in value
     ):
         return None
+    # here, not at the top: the decoders' package loads torch, which writing needs not
+    from wdspipes.samples.decoders.tenbin import encode_buffer
+
     return encode_buffer(list(value))
 
 

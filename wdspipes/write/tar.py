@@ -21,8 +21,8 @@ bzip2, xz or zstd (level 3; ``pip install 'wdspipes[zstd]'``).
 2048
 >>> len(buffer.getvalue()), writer.count
 (10240, 1)
->>> import wdspipes.read.tar
->>> [(m.name, m.data) for m in wdspipes.read.tar.iter_tar(io.BytesIO(buffer.getvalue()), "mem")]
+>>> import wdspipes.read.walk
+>>> [(m.name, m.data) for m in wdspipes.read.walk.iter_tar(io.BytesIO(buffer.getvalue()), "mem")]
 [('0001.cls', b'3'), ('0001.txt', b'hello')]
 """
 

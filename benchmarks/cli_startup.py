@@ -1,0 +1,127 @@
+"""Start-up of the ``wdspipes`` command: how long each command takes as a whole process on a
+tiny input, and whether it loaded torch.
+
+    python benchmarks/cli_startup.py --markdown --repeat 11
+    python benchmarks/cli_startup.py --quick          # 3 runs each
+
+Each command runs in a new process, the runs of the commands interleaved; the table gives the
+median and the fastest wall time. For reference: an empty Python, and ``import torch`` alone.
+Whether torch was loaded is asked of a process that runs the command as the entry point does
+and then looks in ``sys.modules``.
+
+Target: ``wdspipes --help`` under 0.5 s (median).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import format_table, print_header, print_section, verdict
+
+import wdspipes
+
+TARGET = 0.5  # seconds for wdspipes --help
+WATCH = (
+    "import sys; from wdspipes.cli import main; code = main(sys.argv[1:]); "
+    "print('torch' in sys.modules, file=sys.stderr); sys.exit(code)"
+)
+
+
+def cases(directory: Path) -> dict[str, list[str]]:
+    """The commands to time, by label: argument lists for the ``wdspipes`` command (the
+    references run Python itself)."""
+    tree = directory / "tree"
+    tree.mkdir()
+    for index in range(20):
+        (tree / f"{index:04d}.txt").write_text(f"sample {index}")
+        (tree / f"{index:04d}.cls").write_text(str(index % 3))
+    shard = str(directory / "shard.tar")
+    subprocess.run([_command(), "create", shard, str(tree)], check=True, capture_output=True)
+    return {
+        "python (nothing imported)": [],
+        "python -c 'import torch'": [],
+        "wdspipes --help": ["--help"],
+        "wdspipes --version": ["--version"],
+        "wdspipes create OUT DIR": ["create", str(directory / "out.tar"), str(tree)],
+        "wdspipes info SHARD": ["info", shard],
+        "wdspipes cat SHARD -o OUT": ["cat", shard, "-o", str(directory / "copy.tar")],
+        "wdspipes reshard SHARD -o PATTERN": [
+            "reshard",
+            shard,
+            "-o",
+            str(directory / "re-%03d.tar"),
+        ],
+    }
+
+
+def _command() -> str:
+    return str(Path(sys.executable).parent / "wdspipes")
+
+
+def argv(label: str, args: list[str]) -> list[str]:
+    if label.startswith("python (nothing"):
+        return [sys.executable, "-c", "pass"]
+    if label.startswith("python -c"):
+        return [sys.executable, "-W", "ignore", "-c", "import torch"]
+    return [_command(), *args]
+
+
+def loads_torch(label: str, args: list[str]) -> str:
+    if label.startswith("python"):
+        return "no" if "nothing" in label else "yes"
+    done = subprocess.run(
+        [sys.executable, "-c", WATCH, *args], capture_output=True, text=True, check=True
+    )
+    return "yes" if done.stderr.strip().splitlines()[-1] == "True" else "no"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=11, help="runs of each command (11)")
+    parser.add_argument("--quick", action="store_true", help="3 runs each: a smoke run")
+    parser.add_argument("--markdown", action="store_true", help="print tables as Markdown")
+    options = parser.parse_args()
+    repeat = 3 if options.quick else options.repeat
+    print_header(
+        {"wdspipes": wdspipes.__version__},
+        f"wall time of a new process, median of {repeat} runs",
+        options.markdown,
+    )
+    with tempfile.TemporaryDirectory() as temporary:
+        commands = cases(Path(temporary))
+        times: dict[str, list[float]] = {label: [] for label in commands}
+        for _ in range(repeat):
+            for label, args in commands.items():
+                start = time.perf_counter()
+                subprocess.run(argv(label, args), check=True, capture_output=True)
+                times[label].append(time.perf_counter() - start)
+        torch = {label: loads_torch(label, args) for label, args in commands.items()}
+    rows = [
+        [
+            label,
+            f"{statistics.median(runs):.2f} s",
+            f"{min(runs):.2f} s",
+            torch[label],
+        ]
+        for label, runs in times.items()
+    ]
+    print_section("Start-up, a tiny input", options.markdown)
+    print(format_table(["command", "median", "fastest", "loads torch"], rows, options.markdown))
+    help_time = statistics.median(times["wdspipes --help"])
+    print_section("target", options.markdown)
+    mark = "- " if options.markdown else ""
+    print(
+        f"{mark}wdspipes --help: {help_time:.2f} s median, target under {TARGET} s: "
+        f"{verdict(help_time < TARGET)}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
