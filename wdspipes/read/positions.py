@@ -104,7 +104,8 @@ def read_shards(
     >>> import io
     >>> from wdspipes.errors import reraise_exception
     >>> from wdspipes.io.opener import ShardStream
-    >>> shards = [ShardStream("a", io.BytesIO(b"xyz")), ShardStream("b", io.BytesIO(b"uvw"))]
+    >>> shards = [ShardStream("a", io.BytesIO(b"xyz")),
+    ...           ShardStream("b", io.BytesIO(b"uvw"))]
     >>> def read(url, stream, offset):
     ...     stream.seek(offset)
     ...     return iter([(url, stream.read())])
