@@ -58,6 +58,9 @@ def test_the_site_builds_strictly(site: Path) -> None:
     for page in ["index.html", "getting-started/index.html", "api/pipeline/index.html"]:
         assert (site / page).is_file(), page
     assert not (site / "conftest.py").exists(), "docs/conftest.py is no page"
+    # Code in tables keeps whole words (docs/stylesheets/extra.css, via mkdocs.yml).
+    assert "stylesheets/extra.css" in (site / "performance" / "index.html").read_text()
+    assert "white-space: nowrap" in (site / "stylesheets" / "extra.css").read_text()
 
 
 def inventory(site: Path) -> set[str]:
