@@ -6,11 +6,14 @@ reader would type them. Each page starts in an empty directory of its own, so it
 write their shards under relative paths and leave nothing behind. A page's namespace is a
 module as a script's is, so that the classes and functions it defines pickle (torch walks a
 pipeline's graph by pickling it). Pages whose examples start loader worker processes get the
-``loaders`` mark, like the tests that do.
+``loaders`` mark, like the tests that do. Whitespace in the expected output is normalized
+(doctest's ``NORMALIZE_WHITESPACE``), so that a long output line can wrap to fit the page's
+88 columns.
 """
 
 from __future__ import annotations
 
+import doctest
 import sys
 import types
 from pathlib import Path
@@ -47,6 +50,8 @@ def _page_module(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
         return
     name = "docs_page_" + Path(request.node.path).stem.replace("-", "_")
     test.globs["__name__"] = name
+    for example in test.examples:
+        example.options.setdefault(doctest.NORMALIZE_WHITESPACE, True)
     monkeypatch.setitem(sys.modules, name, _PageModule(name, test.globs))
 
 

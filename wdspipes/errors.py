@@ -125,8 +125,10 @@ class WdsError(Exception):
         >>> missing = ShardOpenError.like(FileNotFoundError(2, "No such file"))("no such file")
         >>> isinstance(missing, ShardOpenError), isinstance(missing, FileNotFoundError)
         (True, True)
-        >>> type(missing).__name__, ShardOpenError.like(KeyError) is ShardOpenError.like(KeyError)
-        ('ShardOpenError', True)
+        >>> type(missing).__name__
+        'ShardOpenError'
+        >>> ShardOpenError.like(KeyError) is ShardOpenError.like(KeyError)
+        True
         >>> SampleError.like(RuntimeError) is SampleError.like(RuntimeError("again"))
         True
         """

@@ -19,7 +19,8 @@ uneven split is a warning that says how many shards each rank gets.
 >>> layout = ReaderLayout(ranks=2, workers=4, rank=0, worker=0, rank_major=True)
 >>> layout.shards_per_rank(4), layout.shards_per_rank(6), layout.shards_per_rank(16)
 ([4, 0], [4, 2], [8, 8])
->>> ReaderLayout(ranks=2, workers=4, rank=0, worker=0, rank_major=False).shards_per_rank(4)
+>>> by_worker = ReaderLayout(ranks=2, workers=4, rank=0, worker=0, rank_major=False)
+>>> by_worker.shards_per_rank(4)
 [2, 2]
 """
 

@@ -36,8 +36,8 @@ ranks), is refused the same way.
 ...         for index in range(3):
 ...             _ = sink.write({"__key__": f"{shard}{index}", "txt": f"{shard}{index}"})
 >>> def pipeline():
-...     return wds.WebDataset(f"{directory}/s-{{0..1}}.tar", shardshuffle=True, seed=1).map_dict(
-...         txt=bytes.decode).buffer_shuffle(4, initial=2, seed=2)
+...     pipe = wds.WebDataset(f"{directory}/s-{{0..1}}.tar", shardshuffle=True, seed=1)
+...     return pipe.map_dict(txt=bytes.decode).buffer_shuffle(4, initial=2, seed=2)
 >>> pipe = pipeline()
 >>> it = iter(pipe)
 >>> first = [next(it)["txt"] for _ in range(2)]

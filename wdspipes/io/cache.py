@@ -90,8 +90,10 @@ def entry_name(url: str) -> str:
     """The cache file name of ``url``: 16 hex digits of the URL's sha256 and its basename
     (made safe for a file name, at most 80 characters), for people reading the directory.
 
-    >>> entry_name("pipe:curl -s 'https://h/d/b.tar?x=1'")[16:], entry_name("s3://b/a&b.tar")[16:]
-    ('-b.tar', '-a_b.tar')
+    >>> entry_name("pipe:curl -s 'https://h/d/b.tar?x=1'")[16:]
+    '-b.tar'
+    >>> entry_name("s3://b/a&b.tar")[16:]
+    '-a_b.tar'
     """
     digest = hashlib.sha256(url.encode("utf-8", "surrogateescape")).hexdigest()[:_DIGITS]
     tail = re.split(r"[\s/]+", url.strip().rstrip("/"))[-1].split("?", 1)[0]

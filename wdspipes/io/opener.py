@@ -70,7 +70,8 @@ class ShardOpener(StageDataPipe[ShardStream]):
         OSError: the cache directory cannot be made.
 
     >>> from wdspipes.read.shards import ShardList
-    >>> [(url, stream.read()) for url, stream in ShardList(["pipe:printf hello"]).open_shards()]
+    >>> shards = ShardList(["pipe:printf hello"]).open_shards()
+    >>> [(url, stream.read()) for url, stream in shards]
     [('pipe:printf hello', b'hello')]
     """
 

@@ -57,7 +57,8 @@ class SampleGrouper(SampleReader):
             (``__key__``, ``__url__`` and ``__local_path__`` included).
 
     >>> from torch.utils.data.datapipes.iter import IterableWrapper
-    >>> members = [TarMember("0.jpg", b"J", 0, "s.tar"), TarMember("0.cls", b"1", 1024, "s.tar"),
+    >>> members = [TarMember("0.jpg", b"J", 0, "s.tar"),
+    ...            TarMember("0.cls", b"1", 1024, "s.tar"),
     ...            TarMember("1.jpg", b"K", 2048, "s.tar")]
     >>> list(IterableWrapper(members).group_samples())  # doctest: +NORMALIZE_WHITESPACE
     [{'__key__': '0', '__url__': 's.tar', 'jpg': b'J', 'cls': b'1'},

@@ -237,7 +237,8 @@ class CborLoader(StreamLoader):
 
     >>> from torch.utils.data.datapipes.iter import IterableWrapper
     >>> data = cbor2.dumps({"__key__": "a", "cls": 0}) + cbor2.dumps({"cls": 1})
-    >>> shards = IterableWrapper([ShardStream("mem.cbor", io.BytesIO(data))], deepcopy=False)
+    >>> shards = IterableWrapper([ShardStream("mem.cbor", io.BytesIO(data))],
+    ...                          deepcopy=False)
     >>> list(shards.load_cbor())  # doctest: +NORMALIZE_WHITESPACE
     [{'__key__': 'a', 'cls': 0, '__url__': 'mem.cbor'},
      {'cls': 1, '__key__': '000001', '__url__': 'mem.cbor'}]

@@ -27,7 +27,8 @@ PNG, PPM, TIFF and BMP are lossless anyway.
 Pickle and ``torch.save`` data runs code when read, so readers must decode it with
 ``trusted=True``; writing it takes ``trusted=True`` too.
 
->>> SampleEncoder()({"__key__": "0001", "cls": 3, "json": {"a": [1, 2]}, "__url__": "x"})
+>>> sample = {"__key__": "0001", "cls": 3, "json": {"a": [1, 2]}, "__url__": "x"}
+>>> SampleEncoder()(sample)
 [('cls', b'3'), ('json', b'{"a":[1,2]}')]
 >>> encode_value("seg.txt", "été")
 b'\\xc3\\xa9t\\xc3\\xa9'

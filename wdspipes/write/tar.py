@@ -22,7 +22,8 @@ bzip2, xz or zstd (level 3; ``pip install 'wdspipes[zstd]'``).
 >>> len(buffer.getvalue()), writer.count
 (10240, 1)
 >>> import wdspipes.read.walk
->>> [(m.name, m.data) for m in wdspipes.read.walk.iter_tar(io.BytesIO(buffer.getvalue()), "mem")]
+>>> members = wdspipes.read.walk.iter_tar(io.BytesIO(buffer.getvalue()), "mem")
+>>> [(m.name, m.data) for m in members]
 [('0001.cls', b'3'), ('0001.txt', b'hello')]
 """
 
@@ -329,7 +330,7 @@ def member_blocks(name: str, data: bytes, mtime: int) -> list[bytes]:
 
     >>> [len(block) for block in member_blocks("a.txt", b"hi", 0)]
     [512, 2, 510]
-    >>> [len(block) for block in member_blocks("é.txt", b"hi", 0)]  # PAX header, records, ustar
+    >>> [len(block) for block in member_blocks("é.txt", b"hi", 0)]  # PAX, records, ustar
     [1536, 2, 510]
     """
     encoded = name.encode("utf-8", "surrogateescape")

@@ -76,7 +76,8 @@ def decode_field(
     ...     takes_rng = True
     ...     def __call__(self, key, data, rng):
     ...         return rng.randint(0, 9)
-    >>> decode_field([Noisy()], ".x", b"", "a seed") == decode_field([Noisy()], ".x", b"", "a seed")
+    >>> first = decode_field([Noisy()], ".x", b"", "a seed")
+    >>> first == decode_field([Noisy()], ".x", b"", "a seed")
     True
     """
     return _run_chain(_with_rng(handlers, seed), key, data)
@@ -148,7 +149,8 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
 
     >>> import json
     >>> from torch.utils.data.datapipes.iter import IterableWrapper
-    >>> sample = {"__key__": "0", "json": json.dumps([1, 2]).encode(), "cls": b"3", "x": b"?"}
+    >>> sample = {"__key__": "0", "json": json.dumps([1, 2]).encode(), "cls": b"3",
+    ...           "x": b"?"}
     >>> list(IterableWrapper([sample]).decode())
     [{'__key__': '0', 'json': [1, 2], 'cls': 3, 'x': b'?'}]
 

@@ -19,7 +19,8 @@ images of the training size; a JPEG is then decoded only at the scale they need 
 4/8 or in full: see :func:`~wdspipes.samples.decoders.jpeg.fast_scale`).
 
 >>> import io, PIL.Image
->>> png = io.BytesIO(); PIL.Image.new("RGB", (3, 2), (255, 0, 0)).save(png, format="PNG")
+>>> png = io.BytesIO()
+>>> PIL.Image.new("RGB", (3, 2), (255, 0, 0)).save(png, format="PNG")
 >>> array = ImageDecoder("rgb8")(".png", png.getvalue())
 >>> array.shape, array.dtype, array[0, 0].tolist()
 ((2, 3, 3), dtype('uint8'), [255, 0, 0])

@@ -10,7 +10,8 @@ libjpeg-turbo convert them differently), JPEGs libjpeg-turbo refuses or finds da
 simplejpeg is not installed.
 
 >>> import io, numpy as np, PIL.Image
->>> jpeg = io.BytesIO(); PIL.Image.new("RGB", (40, 30), (200, 30, 60)).save(jpeg, "JPEG")
+>>> jpeg = io.BytesIO()
+>>> PIL.Image.new("RGB", (40, 30), (200, 30, 60)).save(jpeg, "JPEG")
 >>> header = read_header(jpeg.getvalue())
 >>> header
 JpegHeader(width=40, height=30, colorspace='YCbCr')
