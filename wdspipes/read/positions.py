@@ -104,14 +104,9 @@ def read_shards(
 
     >>> import io
     >>> from wdspipes.errors import reraise_exception
-<<<<<<< HEAD
     >>> from wdspipes.io.urls import ShardStream
-    >>> shards = [ShardStream("a", io.BytesIO(b"xyz")), ShardStream("b", io.BytesIO(b"uvw"))]
-=======
-    >>> from wdspipes.io.opener import ShardStream
     >>> shards = [ShardStream("a", io.BytesIO(b"xyz")),
     ...           ShardStream("b", io.BytesIO(b"uvw"))]
->>>>>>> issue17e
     >>> def read(url, stream, offset):
     ...     stream.seek(offset)
     ...     return iter([(url, stream.read())])
