@@ -3,3 +3,7 @@
 batches (:mod:`~wdspipes.samples.batch`, handed from worker processes through shared memory by
 :mod:`~wdspipes.samples.handover`), and epoch lengths (:mod:`~wdspipes.samples.epochs`).
 """
+
+from wdspipes.samples.torch_names import install
+
+install()  # the names torch and torchdata own, called webdataset's way
