@@ -47,7 +47,14 @@ from wdspipes.errors import (
     warn_and_stop,
 )
 from wdspipes.io import ShardOpener, ShardStream, open_url, url_opener
-from wdspipes.pipeline import DataPipeline, IteratorStage, WebDataset, tarfile_to_samples
+from wdspipes.pipeline import (
+    DataPipeline,
+    IterableSource,
+    IteratorStage,
+    WebDataset,
+    WebLoader,
+    tarfile_to_samples,
+)
 from wdspipes.read.grouping import SampleGrouper, group_by_keys
 from wdspipes.read.shards import (
     ResampledShards,
@@ -123,6 +130,7 @@ __all__ = [
     "FieldMapper",
     "ImageDecoder",
     "ItemSlicer",
+    "IterableSource",
     "IteratorStage",
     "LengthSetter",
     "MissingFieldError",
@@ -163,6 +171,7 @@ __all__ = [
     "UntrustedDataError",
     "WdsError",
     "WebDataset",
+    "WebLoader",
     "batched",
     "cbors_to_samples",
     "collate",
