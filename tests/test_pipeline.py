@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from shardgen import Shards, make_tar, write_shards
+from stage_examples import comparable as plain
 from torch.utils.data import DataLoader, IterDataPipe
 from torch.utils.data.datapipes.iter import IterableWrapper
 from torch.utils.data.datapipes.iter.sharding import (
@@ -266,17 +266,6 @@ def numbered_shards(directory: Path, shards: int = 4, per_shard: int = 5) -> lis
         path.write_bytes(make_tar(members))
         paths.append(str(path))
     return paths
-
-
-def plain(item: Any) -> Any:
-    """Items as plain data, whichever library made them: tensors and arrays as lists."""
-    if isinstance(item, torch.Tensor | np.ndarray):
-        return item.tolist()
-    if isinstance(item, tuple | list):
-        return [plain(x) for x in item]
-    if isinstance(item, dict):
-        return {key: plain(value) for key, value in item.items()}
-    return item
 
 
 def quietly(run: Callable[[Any], list[Any]], lib: Any) -> list[Any]:
