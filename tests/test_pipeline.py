@@ -4,12 +4,17 @@ and the buffer shuffler they use for shard order. All three ways give the same s
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+import gc
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from shardgen import Shards, write_shards
+import torch
+from shardgen import Shards, make_tar, write_shards
+from stage_examples import comparable as plain
+from torch.utils.data import DataLoader, IterDataPipe
 from torch.utils.data.datapipes.iter import IterableWrapper
 from torch.utils.data.datapipes.iter.sharding import (
     SHARDING_PRIORITIES,
@@ -237,3 +242,210 @@ def test_buffer_shuffle_checks_its_arguments() -> None:
         IterableWrapper([1]).buffer_shuffle(0)
     with pytest.raises(ValueError, match="initial must be an int >= 0, got -1"):
         IterableWrapper([1]).buffer_shuffle(10, -1)
+
+
+# --- any iterable as the source, and WebLoader (issue 17 item 5) ----------------------------
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    import webdataset as wdsref
+
+
+def numbered_shards(directory: Path, shards: int = 4, per_shard: int = 5) -> list[str]:
+    """Shards whose samples have an int ``cls`` (0, 1, ... in order) and a ``txt``."""
+    paths = []
+    for shard in range(shards):
+        members = []
+        for index in range(per_shard):
+            number = shard * per_shard + index
+            members += [
+                (f"{number:04d}.cls", b"%d" % number),
+                (f"{number:04d}.txt", b"t%d" % number),
+            ]
+        path = directory / f"numbered-{shard}.tar"
+        path.write_bytes(make_tar(members))
+        paths.append(str(path))
+    return paths
+
+
+def quietly(run: Callable[[Any], list[Any]], lib: Any) -> list[Any]:
+    """``run(lib)``; for webdataset, which leaks one open file per shard, with those files
+    closed (and their warnings silenced) before it returns."""
+    if lib is wds:
+        return run(lib)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = run(lib)
+        gc.collect()
+    return result
+
+
+def cls_and_txt(lib: Any, paths: list[str]) -> Any:
+    """webdataset's README pipeline, in either library: the dataset batched in the workers."""
+    return lib.WebDataset(paths, shardshuffle=False).decode().to_tuple("cls", "txt")
+
+
+def twice_cls(item: tuple[int, str]) -> tuple[int, str]:
+    return item[0] * 2, item[1]
+
+
+class Numbers(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """A torch IterableDataset that is no DataPipe: the same items each time."""
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return ({"__key__": str(n), "n": n} for n in range(6))
+
+
+def numbers() -> Iterator[dict[str, Any]]:
+    return iter(Numbers())
+
+
+def half(sample: dict[str, Any]) -> dict[str, Any] | None:
+    return {"n": sample["n"] // 2} if sample["n"] % 2 else None
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        Numbers(),
+        numbers,
+        torch.utils.data.DataLoader(Numbers(), batch_size=None),  # type: ignore[arg-type]
+    ],
+    ids=["iterable", "function", "DataLoader"],
+)
+def test_any_iterable_or_function_is_a_source_as_in_webdataset(source: Any) -> None:
+    ours = wds.DataPipeline(source, wds.map(half))
+    theirs = wdsref.DataPipeline(source, wdsref.map(half))
+    first = plain(list(ours))
+    assert first == plain(list(theirs)) == plain(list(ours))  # read anew each epoch
+    assert first == [{"n": 0, "__key__": "1"}, {"n": 1, "__key__": "3"}, {"n": 2, "__key__": "5"}]
+
+
+def test_any_iterable_is_a_source_where_webdataset_takes_only_datasets() -> None:
+    assert list(wds.DataPipeline(range(3), wds.map(str))) == ["0", "1", "2"]
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        (iter([1, 2]), "an iterator, which can be read only once"),
+        (wds.tarfile_to_samples(), "is a stage that reads one"),
+        (wds.split_by_worker, "is a stage that reads one"),
+        (wds.shuffle, "is a stage that reads one"),
+        (3.5, "first stage of DataPipeline must be"),
+    ],
+)
+def test_sources_that_cannot_be_read_each_epoch_are_refused(source: Any, message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        wds.DataPipeline(source, wds.map(half))
+
+
+def test_a_function_returning_shard_urls_feeds_the_reader(tmp_path: Path) -> None:
+    paths = numbered_shards(tmp_path)
+    pipe = wds.DataPipeline(lambda: iter(paths), wds.tarfile_to_samples())
+    assert [s["__key__"] for s in pipe] == [f"{n:04d}" for n in range(20)]
+
+
+def test_a_source_resumes_when_it_gives_its_items_again(tmp_path: Path) -> None:
+    paths = numbered_shards(tmp_path)
+
+    class Urls:
+        def __iter__(self) -> Iterator[str]:
+            return iter(paths)
+
+    def build() -> Any:
+        return wds.DataPipeline(Urls(), wds.tarfile_to_samples(), wds.shuffle(4, seed=1))
+
+    pipe = build()
+    items = iter(pipe)
+    seen = [next(items)["__key__"] for _ in range(7)]
+    state = pipe.state_dict()
+    rest = [s["__key__"] for s in items]
+    restored = build()
+    restored.load_state_dict(state)
+    assert [s["__key__"] for s in restored] == rest and len(seen + rest) == 20
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        (lambda paths: lambda: iter(paths), "its source is a function"),
+        (
+            lambda paths: torch.utils.data.DataLoader(paths, batch_size=None),
+            r"its source is a loader \(DataLoader\)",
+        ),
+    ],
+    ids=["function", "DataLoader"],
+)
+def test_a_source_that_may_give_other_items_is_refused_by_the_state(
+    source: Any, message: str, tmp_path: Path
+) -> None:
+    pipe = wds.DataPipeline(source(numbered_shards(tmp_path)), wds.tarfile_to_samples())
+    next(iter(pipe))
+    with pytest.raises(wds.ResumeError, match=message):
+        pipe.state_dict()
+
+
+def test_webloader_gives_webdatasets_batches(tmp_path: Path) -> None:
+    """The WebLoader recipe without workers (so in a fixed order), only the import changed."""
+    paths = numbered_shards(tmp_path)
+
+    def recipe(lib: Any) -> list[Any]:
+        dataset = cls_and_txt(lib, paths).batched(3)
+        loader = lib.WebLoader(dataset, batch_size=None, num_workers=0)
+        return plain(list(loader.unbatched().map(twice_cls).batched(8)))
+
+    ours = recipe(wds)
+    assert ours == quietly(recipe, wdsref)
+    assert [len(numbers) for numbers, _ in ours] == [8, 8, 4]
+
+
+def test_webloader_is_a_datapipe_with_the_loader_inside(tmp_path: Path) -> None:
+    loader = wds.WebLoader(cls_and_txt(wds, numbered_shards(tmp_path)), batch_size=4)
+    assert isinstance(loader, IterDataPipe) and isinstance(loader.loader, DataLoader)
+    assert len(loader.with_length(9)) == 9
+    batches = list(loader)
+    assert type(batches[0]) is tuple  # a tuple stays a tuple (torch's loader: a list)
+    assert [len(b[0]) for b in batches] == [4] * 5
+    with pytest.raises(wds.ResumeError, match="at the end of the pipeline, cannot resume"):
+        loader.unbatched().state_dict()
+
+
+@pytest.mark.loaders
+def test_webloader_recipe_mixes_the_samples_of_all_workers(tmp_path: Path) -> None:
+    """``WebLoader(ds, batch_size=None, num_workers=2).unbatched().shuffle(n).batched(m)``:
+    every sample once, in batches of m, as with webdataset."""
+    paths = numbered_shards(tmp_path)
+
+    def recipe(lib: Any) -> list[Any]:
+        dataset = cls_and_txt(lib, paths).batched(3)
+        loader = lib.WebLoader(dataset, batch_size=None, num_workers=2)
+        return plain(list(loader.unbatched().shuffle(10).map(twice_cls).batched(8)))
+
+    ours, theirs = recipe(wds), quietly(recipe, wdsref)
+    assert [len(n) for n, _ in ours] == [len(n) for n, _ in theirs] == [8, 8, 4]
+    rows = sorted((n, t) for numbers, texts in ours for n, t in zip(numbers, texts, strict=True))
+    their_rows = sorted(
+        (n, t) for numbers, texts in theirs for n, t in zip(numbers, texts, strict=True)
+    )
+    assert rows == their_rows == [(2 * n, f"t{n}") for n in range(20)]
+
+
+def test_readme_fluid_example_gives_webdatasets_samples(tmp_path: Path) -> None:
+    """webdataset's README fluid pipeline, only the import changed: ``.shuffle(1000)`` is a
+    shuffle buffer in both, and the samples are the same."""
+    paths = numbered_shards(tmp_path)
+
+    def fluid(lib: Any) -> list[Any]:
+        dataset = (
+            lib.WebDataset(paths, shardshuffle=False)
+            .shuffle(1000)
+            .decode()
+            .to_tuple("cls", "txt")
+            .map(twice_cls)
+        )
+        return [tuple(item) for item in plain(list(dataset))]
+
+    ours, theirs = fluid(wds), quietly(fluid, wdsref)
+    assert sorted(ours) == sorted(theirs) == [(2 * n, f"t{n}") for n in range(20)]
+    assert ours != sorted(ours)  # shuffled

@@ -310,6 +310,17 @@ TORCH_EXAMPLES: dict[
         lambda urls: samples(urls).shuffle().to_tuple("__key__"),
         lambda count: "ShufflerIterDataPipe (shuffle) cannot save the samples in its buffer",
     ),
+    # webdataset's calls of torch's names (wdspipes.samples.torch_names): wdspipes' stages
+    "shuffle(n), webdataset's": (lambda urls: samples(urls).shuffle(5, initial=3), resumes),
+    "shuffle(n) before the reader": (
+        lambda urls: reader(wds.ShardList(urls).shuffle(4).sharding_filter()),
+        resumes,
+    ),
+    "map(f, handler=...), webdataset's": (
+        lambda urls: samples(urls).map(key_of, handler=wds.reraise_exception).shuffle(4),
+        resumes,
+    ),
+    "map(f) on samples, watched": (lambda urls: samples(urls).map(key_of).shuffle(4), resumes),
 }
 
 

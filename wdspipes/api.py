@@ -26,6 +26,7 @@ from wdspipes.errors import (
     ShardWriteError,
     StreamFormatError,
     TarFormatError,
+    TorchNameWarning,
     TruncatedShardError,
     WdsError,
     ignore_and_continue,
@@ -35,7 +36,14 @@ from wdspipes.errors import (
     warn_and_stop,
 )
 from wdspipes.io import ShardOpener, ShardStream, open_url, url_opener
-from wdspipes.pipeline import DataPipeline, IteratorStage, WebDataset, tarfile_to_samples
+from wdspipes.pipeline import (
+    DataPipeline,
+    IterableSource,
+    IteratorStage,
+    WebDataset,
+    WebLoader,
+    tarfile_to_samples,
+)
 from wdspipes.read.grouping import SampleGrouper, group_by_keys
 from wdspipes.read.shards import (
     ResampledShards,
@@ -110,6 +118,7 @@ __all__ = [
     "FieldMapper",
     "ImageDecoder",
     "ItemSlicer",
+    "IterableSource",
     "IteratorStage",
     "LengthSetter",
     "MissingFieldError",
@@ -143,6 +152,7 @@ __all__ = [
     "TarLoader",
     "TarMember",
     "TarWriter",
+    "TorchNameWarning",
     "TruncatedShardError",
     "TupleMaker",
     "TupleMapper",
@@ -150,6 +160,7 @@ __all__ = [
     "UntrustedDataError",
     "WdsError",
     "WebDataset",
+    "WebLoader",
     "batched",
     "cbors_to_samples",
     "collate",

@@ -51,6 +51,7 @@ __all__ = [
     "ShardWriteError",
     "StreamFormatError",
     "TarFormatError",
+    "TorchNameWarning",
     "TruncatedShardError",
     "WdsError",
     "handle",
@@ -284,6 +285,12 @@ class NoEndMarkerWarning(DataWarning):
     """A tar shard ends right after a member, without the end-of-archive marker (a writer that
     was never closed, or a cut that fell at a member's end): its members were all read. Once
     per shard, naming it; ``strict_end=True`` makes it a :class:`TruncatedShardError`."""
+
+
+class TorchNameWarning(UserWarning):
+    """A webdataset-style call of a name torch or torchdata owns (``map``, ``slice``,
+    ``repeat``) ran torch's or torchdata's stage, which does something else than webdataset's
+    here; the message names the wdspipes method that does what webdataset's does."""
 
 
 def reraise_exception(exn: Exception) -> bool:

@@ -1,6 +1,7 @@
-"""Composition: ``DataPipeline(...)``, ``tarfile_to_samples()`` and ``WebDataset(...)``.
+"""Composition: ``DataPipeline(...)``, ``tarfile_to_samples()``, ``WebDataset(...)`` and
+``WebLoader(...)``.
 
-All three build ordinary DataPipe graphs, the same objects functional chaining builds, so the
+All four build ordinary DataPipe graphs, the same objects functional chaining builds, so the
 result runs under DataLoader2 (any reading service), plain DataLoader, or a ``for`` loop.
 """
 
@@ -10,7 +11,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
-from torch.utils.data import IterDataPipe
+from torch.utils.data import DataLoader, IterableDataset, IterDataPipe
 from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
 from wdspipes.core.curried import Stage, is_stage_factory, stage_factory
@@ -24,7 +25,14 @@ from wdspipes.read.specs import ShardSpec
 from wdspipes.read.tar import TarLoader
 from wdspipes.samples.shuffle import BufferShuffler
 
-__all__ = ["DataPipeline", "IteratorStage", "WebDataset", "tarfile_to_samples"]
+__all__ = [
+    "DataPipeline",
+    "IterableSource",
+    "IteratorStage",
+    "WebDataset",
+    "WebLoader",
+    "tarfile_to_samples",
+]
 
 
 class IteratorStage(StageDataPipe[Any]):
@@ -61,11 +69,157 @@ class IteratorStage(StageDataPipe[Any]):
         self.resume_state()
 
 
+Source = Iterable[Any] | Callable[[], Iterable[Any]]
+"""What :class:`IterableSource` reads: an iterable, or a function that returns one."""
+
+
+class IterableSource(StageDataPipe[Any]):
+    """The items of any iterable, read anew each epoch, or of what a function returns, called
+    anew each epoch: the first stage of ``DataPipeline(...)`` for a source that is not a
+    DataPipe or a shard spec, as in webdataset (a torch ``DataLoader``, an ``IterableDataset``,
+    a generator function, ...).
+
+    Args:
+        source: an iterable, iterated each epoch; or a function of no arguments that returns
+            an iterable, called each epoch. A torch ``DataLoader`` or ``IterableDataset`` is
+            iterated, as in webdataset, even where it can be called too.
+
+    Yields:
+        The source's items.
+
+    Raises:
+        TypeError: ``source`` is an iterator (it could be read only once: pass a function
+            that returns a new one each epoch), or neither iterable nor callable.
+
+    Its state: before a reader (a shard list, say), a source that is neither a function nor
+    a loader gives the same items again from its start when the pipeline resumes, as torch's
+    ``IterableWrapper``; a function or a loader is refused with a ResumeError, since nothing
+    says that it gives the same items again.
+
+    >>> def numbers():
+    ...     return iter(range(3))
+    >>> source = IterableSource(numbers)
+    >>> list(source), list(source)
+    ([0, 1, 2], [0, 1, 2])
+    >>> IterableSource(iter(range(3)))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    TypeError: the source range_iterator is an iterator, which can be read only once: ...
+    """
+
+    def __init__(self, source: Source) -> None:
+        super().__init__()
+        if isinstance(source, Iterator):
+            raise TypeError(
+                f"the source {type(source).__name__} is an iterator, which can be read only "
+                "once: pass an iterable, or a function that returns a new iterator each epoch"
+            )
+        calls = callable(source) and not isinstance(source, IterableDataset | DataLoader)
+        if not calls and not isinstance(source, Iterable):
+            raise TypeError(
+                "the source must be an iterable, or a function that returns one, got "
+                f"{type(source).__name__}"
+            )
+        self.source = source
+        self.calls = calls
+
+    def __iter__(self) -> Iterator[Any]:
+        source = cast(Callable[[], Iterable[Any]], self.source)() if self.calls else self.source
+        yield from cast(Iterable[Any], source)
+
+    def __len__(self) -> int:
+        if self.calls:
+            raise TypeError("an IterableSource of a function has no length")
+        return len(self.source)  # type: ignore[arg-type]  # a TypeError where it has none
+
+    def replay_state(self) -> None:
+        if self.calls or isinstance(self.source, DataLoader):
+            what = "a function" if self.calls else f"a loader ({type(self.source).__name__})"
+            raise ResumeError(
+                f"IterableSource cannot give the same items again: its source is {what}, "
+                "which may give other items when called or iterated again. Resume the "
+                "pipeline inside the loader instead (a wdspipes pipeline under "
+                "StatefulDataLoader), or read an iterable that gives the same items each time"
+            )
+
+    def resume_state(self) -> None:
+        raise ResumeError(
+            "IterableSource keeps no place in what it reads, so a pipeline that begins with "
+            "it resumes only through a reader after it (group_samples, ...); a loader's "
+            "output cannot resume: resume the pipeline inside the loader instead"
+        )
+
+
+class WebLoader(IterableSource):
+    """webdataset's ``WebLoader``: a torch ``DataLoader(*args, **kwargs)`` on which further
+    stages chain, run in the process that iterates it.
+
+    Its use is to mix samples across worker processes: batch small in the workers, then
+    ``WebLoader(pipe, batch_size=None, num_workers=4).unbatched().shuffle(1000).batched(64)``
+    (``.shuffle(1000)`` is ``.buffer_shuffle(1000)``: see :mod:`wdspipes.samples.torch_names`).
+    Every functional stage chains on it, as on any DataPipe (``unbatched``, ``batched``,
+    ``map_samples``, ``to_tuple``, ``with_epoch``, ``with_length``, ...). The pipeline it
+    ends cannot save its state (a :class:`~wdspipes.errors.ResumeError` says so).
+
+    Unless given a ``collate_fn``, the loader collates (or, with ``batch_size=None``,
+    converts) as torch's DataLoader does, except that a tuple stays a tuple, as wdspipes'
+    batches are (torch's makes it a list, which ``unbatched`` would read as a list of
+    samples).
+
+    Args:
+        *args: the arguments of ``torch.utils.data.DataLoader``: the dataset first (a
+            wdspipes pipeline; ``batch_size=None`` where it batches itself).
+        **kwargs: the same.
+
+    Attributes:
+        loader: the ``DataLoader``.
+
+    >>> import wdspipes as wds
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> pipe = IterableWrapper([(n, n % 3) for n in range(10)]).batched(4)
+    >>> loader = wds.WebLoader(pipe, batch_size=None).unbatched().shuffle(5).batched(5)
+    >>> [len(numbers) for numbers, _ in loader]
+    [5, 5]
+    >>> sorted(n for numbers, _ in loader for n in numbers.tolist())
+    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        loader = DataLoader(*args, **kwargs)
+        if "collate_fn" not in kwargs and len(args) < 7:  # collate_fn is DataLoader's 7th
+            batched = loader.batch_sampler is not None
+            loader.collate_fn = TupleKeeping(loader.collate_fn, batched=batched)
+        super().__init__(loader)
+
+    @property
+    def loader(self) -> DataLoader[Any]:
+        return cast(DataLoader[Any], self.source)
+
+
+class TupleKeeping:
+    """torch's ``collate`` (or ``convert``), which makes a tuple of columns (or a tuple
+    sample) a list, with the tuple kept."""
+
+    def __init__(self, collate: Callable[[Any], Any], batched: bool) -> None:
+        self.collate = collate
+        self.batched = batched
+
+    def __call__(self, batch: Any) -> Any:
+        result = self.collate(batch)
+        sample = batch[0] if self.batched and isinstance(batch, list) and batch else batch
+        if type(sample) is tuple and type(result) is list:
+            return tuple(result)
+        return result
+
+
 def DataPipeline(*stages: Any) -> IterDataPipe[Any]:
     """Chain stages into a DataPipe graph, webdataset style.
 
-    The first stage is the source: an IterDataPipe, or a shard spec (a string or a list of
-    URLs, read through :class:`~wdspipes.read.shards.ShardList`). Each later stage is one of:
+    The first stage is the source: an IterDataPipe; a shard spec (a string or a list of URLs,
+    read through :class:`~wdspipes.read.shards.ShardList`); or, as in webdataset, any other
+    iterable (a ``DataLoader``, a :class:`WebLoader`, ...), iterated each epoch, or a function
+    returning one, called each epoch (see :class:`IterableSource`). Each later stage is one
+    of:
 
     - a curried stage such as ``tarfile_to_samples()`` or ``shuffle(100)`` (a factory passed
       uncalled means "with its defaults");
@@ -113,9 +267,17 @@ def _source(stage: Any) -> IterDataPipe[Any]:
         return stage
     if isinstance(stage, str | list | tuple):
         return ShardList(stage)
+    if isinstance(stage, Stage | ShardSplit) or is_stage_factory(stage):
+        raise TypeError(
+            f"the first stage of DataPipeline is the source, and {stage!r} is a stage that "
+            "reads one: put a shard spec, a DataPipe or another iterable before it"
+        )
+    if callable(stage) or isinstance(stage, Iterable):
+        return IterableSource(stage)
     raise TypeError(
-        "the first stage of DataPipeline must be an IterDataPipe or a shard spec (a string or "
-        f"a list of URLs), got {type(stage).__name__}"
+        "the first stage of DataPipeline must be an IterDataPipe, a shard spec (a string or "
+        "a list of URLs), another iterable, or a function returning one, got "
+        f"{type(stage).__name__}"
     )
 
 

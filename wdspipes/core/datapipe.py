@@ -12,7 +12,13 @@ from wdspipes.core.pickling import restored_state, stage_state
 from wdspipes.core.resumable import Resumable
 from wdspipes.core.resume import pipeline_state, restore_pipeline
 
-__all__ = ["Sample", "StageDataPipe", "functional_stage", "registered_stage"]
+__all__ = [
+    "Sample",
+    "StageDataPipe",
+    "functional_stage",
+    "registered_stage",
+    "until_registered",
+]
 
 T_co = TypeVar("T_co", covariant=True)
 Sample = dict[str, Any]
@@ -47,6 +53,20 @@ def functional_stage(name: str) -> Callable[[C], C]:
     return register
 
 
+_UNREGISTERED: dict[str, Callable[[IterDataPipe[Any]], Any]] = {}
+
+
+def until_registered(name: str, attribute: Callable[[IterDataPipe[Any]], Any]) -> None:
+    """What ``stage.<name>`` gives on a wdspipes stage while no DataPipe is registered under
+    ``name``: ``attribute(stage)``, which may raise an AttributeError that says what to write.
+
+    For the names torchdata registers only once ``torchdata.datapipes`` is imported (``slice``,
+    ``repeat``): wdspipes may not register them itself, or torchdata's import would fail (see
+    :mod:`wdspipes.samples.torch_names`).
+    """
+    _UNREGISTERED[name] = attribute
+
+
 def registered_stage(name: str) -> type | None:
     """The wdspipes class registered under functional name ``name``, if any."""
     return getattr(IterDataPipe.functions.get(name), "_wds_stage", None)
@@ -75,6 +95,15 @@ class StageDataPipe(Resumable, IterDataPipe[T_co]):
     """
 
     _is_child_datapipe = False
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            attribute = _UNREGISTERED.get(name)
+            if attribute is None:
+                raise
+            return attribute(self)
 
     def __getstate__(self) -> Any:
         fix_dataloader2()

@@ -70,6 +70,7 @@ __all__ = [
     "prime_pipeline",
     "restore_pipeline",
     "sample_places_of",
+    "upstream_of",
 ]
 
 FORMAT = "wdspipes-state/2"
@@ -187,7 +188,7 @@ def prime_pipeline(sink: IterDataPipe[Any], state: dict[str, Any]) -> None:
         part_of(pipe).prime_epoch(state["stages"][name])
 
 
-def _upstream(pipe: IterDataPipe[Any]) -> Iterator[IterDataPipe[Any]]:
+def upstream_of(pipe: IterDataPipe[Any]) -> Iterator[IterDataPipe[Any]]:
     """The stages ``pipe`` reads, directly or not, whatever the shape of the graph."""
     seen = {id(pipe)}
     waiting = list(part_of(pipe).upstream())
@@ -202,7 +203,7 @@ def _upstream(pipe: IterDataPipe[Any]) -> Iterator[IterDataPipe[Any]]:
 def begin_replay(reader: IterDataPipe[Any]) -> None:
     """The link a reader makes as each of its epochs begins: every stage before it hears of it
     (:meth:`~wdspipes.core.resumable.Resumable.begin_replay`) before its own epoch begins."""
-    for pipe in _upstream(reader):
+    for pipe in upstream_of(reader):
         part_of(pipe).begin_replay()
 
 
