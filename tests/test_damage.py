@@ -264,6 +264,18 @@ def test_resume_in_and_after_a_shard_without_the_marker(tmp_path: Path) -> None:
     assert sorted(expected) == [*KEYS, "10", "11"]
 
 
+def test_iter_tar_tells_a_callback_of_the_missing_marker_instead_of_warning(
+    tmp_path: Path,
+) -> None:
+    shard = write(tmp_path, "open.tar", UNMARKED)
+    problems: list[str] = []
+    with warnings.catch_warnings(), open(shard, "rb") as stream:
+        warnings.simplefilter("error")
+        members = list(iter_tar(stream, shard, unmarked_end=problems.append))
+    assert len(members) == 2 * len(KEYS)
+    assert len(problems) == 1 and "without the end-of-archive marker" in problems[0]
+
+
 def test_info_reports_and_cat_mends_a_shard_without_the_marker(tmp_path: Path) -> None:
     shard = write(tmp_path, "open.tar", UNMARKED)
     runner = CliRunner()

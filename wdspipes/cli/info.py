@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -31,7 +30,7 @@ from wdspipes.cli.common import (
     summarize,
 )
 from wdspipes.core.names import is_meta, split_name
-from wdspipes.errors import DataAfterEndError, NoEndMarkerWarning, WdsError
+from wdspipes.errors import DataAfterEndError, WdsError
 
 if TYPE_CHECKING:
     from wdspipes.io.urls import ByteStream
@@ -185,17 +184,13 @@ def read_shard(url: str, *, ignore_zeros: bool = False) -> ShardReport:
         return report
     file_size = _file_size(opened)
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", NoEndMarkerWarning)
-            for name, data, offset, _ in iter_tar(stream, url, ignore_zeros=ignore_zeros):
-                report.add_member(name, data, offset)
-        for warning in caught:
-            if isinstance(warning.message, NoEndMarkerWarning):
-                report.problem("no-end-marker", str(warning.message), None, stream.size)
-            else:
-                warnings.warn_explicit(
-                    warning.message, warning.category, warning.filename, warning.lineno
-                )
+
+        def unmarked(problem: str) -> None:
+            report.problem("no-end-marker", problem, None, stream.size)
+
+        members = iter_tar(stream, url, ignore_zeros=ignore_zeros, unmarked_end=unmarked)
+        for name, data, offset, _ in members:
+            report.add_member(name, data, offset)
         stream.close()  # a pipe: command reports its exit status here
     except WdsError as exn:
         error = shard_failure(exn, url, stream)  # a pipe: command's status explains it better

@@ -108,7 +108,12 @@ class TarMember(NamedTuple):
 
 
 def iter_tar(
-    stream: ByteStream, url: str, *, ignore_zeros: bool = False, strict_end: bool = False
+    stream: ByteStream,
+    url: str,
+    *,
+    ignore_zeros: bool = False,
+    strict_end: bool = False,
+    unmarked_end: Callable[[str], None] | None = None,
 ) -> Iterator[TarMember]:
     """Yield the regular files of the tar archive in ``stream`` (named ``url`` in errors).
 
@@ -124,10 +129,12 @@ def iter_tar(
             :class:`~wdspipes.errors.DataAfterEndError`.
         strict_end: a shard that ends after a member without the end-of-archive marker is a
             :class:`~wdspipes.errors.TruncatedShardError`, not a warning.
+        unmarked_end: called with the problem, instead of the warning, when the shard ends
+            after a member without the end-of-archive marker.
 
     Warns:
         NoEndMarkerWarning: the shard ends after a member without the end-of-archive marker;
-            every member was read.
+            every member was read (unless ``unmarked_end`` is given).
 
     Raises:
         TruncatedShardError: the archive ends early, inside a header or a member's data.
@@ -135,15 +142,26 @@ def iter_tar(
         TarFormatError: a header is corrupt, or a member is of an unsupported kind (sparse).
         ShardError: reading the stream failed.
     """
-    for member in iter_tar_tuples(stream, url, ignore_zeros=ignore_zeros, strict_end=strict_end):
+    members = iter_tar_tuples(
+        stream, url, ignore_zeros=ignore_zeros, strict_end=strict_end, unmarked_end=unmarked_end
+    )
+    for member in members:
         yield TarMember._make(member)
 
 
 def iter_tar_tuples(
-    stream: ByteStream, url: str, *, ignore_zeros: bool = False, strict_end: bool = False
+    stream: ByteStream,
+    url: str,
+    *,
+    ignore_zeros: bool = False,
+    strict_end: bool = False,
+    unmarked_end: Callable[[str], None] | None = None,
 ) -> Iterator[Member]:
     """:func:`iter_tar` yielding plain ``(name, data, offset, url)`` tuples: the fast path."""
-    return TarWalk(stream, url, ignore_zeros=ignore_zeros, strict_end=strict_end).members()
+    walk = TarWalk(stream, url, ignore_zeros=ignore_zeros, strict_end=strict_end)
+    if unmarked_end is not None:
+        walk.unmarked_end = unmarked_end
+    return walk.members()
 
 
 def warn_unmarked(problem: str) -> None:
