@@ -1,7 +1,8 @@
 """``wdspipes reshard``: rewrite shards into new ones, in order or uniformly shuffled.
 
-The work is :func:`wdspipes.tools.reshard.reshard`; this module parses the arguments, shows the
-progress bars and prints the summary, or the error of a failed run, which wrote nothing.
+The work is :func:`wdspipes.tools.reshard.reshard` (on Ray with ``--ray``); this module parses
+the arguments, shows the progress bars and prints the summary, or the error of a failed run,
+which wrote nothing.
 """
 
 from __future__ import annotations
@@ -71,6 +72,22 @@ __all__ = ["reshard"]
     is_flag=True,
     help="Read on past zero blocks, as GNU tar -i: reads archives joined with cat whole.",
 )
+@click.option(
+    "--ray",
+    "ray",
+    is_flag=False,
+    flag_value="local",
+    metavar="[ADDRESS]",
+    help="Run the shuffle's passes as Ray tasks (the ray extra), writing the same shards: on "
+    "a Ray started for the run (--ray local, or --ray before another option), or on the "
+    "cluster at ADDRESS (auto, HOST:PORT, ray://HOST:PORT). Inputs, output and --tmpdir "
+    "must be on storage every node reaches.",
+)
+@click.option(
+    "--cpus",
+    type=click.IntRange(min=1),
+    help="With --ray local: the CPUs of the Ray started for the run (default: all).",
+)
 def reshard(
     shards: tuple[str, ...],
     pattern: str,
@@ -82,6 +99,8 @@ def reshard(
     tmpdir: str | None,
     compress: str | None,
     ignore_zeros: bool,
+    ray: str | None,
+    cpus: int | None,
 ) -> None:
     """Rewrite the samples of SHARDS into new shards of at most --maxcount samples and
     --maxsize bytes, in order, or with --shuffle in a uniformly random order.
@@ -97,9 +116,14 @@ def reshard(
     Examples:
       wdspipes reshard 'raw-{000..099}.tar' -o 'train-%05d.tar' --maxcount 10000
       wdspipes reshard raw-*.tar -o out/train-%06d.tar --maxsize 1G --shuffle --seed 1
+      wdspipes reshard raw-*.tar -o /shared/train-%06d.tar --shuffle --seed 1 --ray auto
     """
     if seed is not None and not shuffle:
         raise click.UsageError("--seed applies only with --shuffle")
+    if ray is not None and not shuffle:
+        raise click.UsageError("--ray applies only with --shuffle")
+    if cpus is not None and ray != "local":
+        raise click.UsageError("--cpus applies only with --ray local")
     try:
         report = reshard_shards(
             expand_shards(shards),
@@ -113,8 +137,11 @@ def reshard(
             compress=compress,
             progress=True,
             ignore_zeros=ignore_zeros,
+            engine="local" if ray is None else "ray",
+            address=None if ray in (None, "local") else ray,
+            cpus=cpus,
         )
-    except (WdsError, ValueError, OSError) as exn:
+    except (WdsError, ValueError, OSError, ModuleNotFoundError) as exn:
         raise click.ClickException(f"{one_line(describe_error(exn))}; nothing was written") from exn
     summarize(describe(report))
 
