@@ -55,12 +55,13 @@ __all__ = [
     "Written",
     "bucket_count",
     "bucket_pattern",
+    "group_buckets",
     "join_parts",
     "order_buckets",
     "read_shard",
     "scatter_samples",
     "scatter_shard",
-    "write_bucket",
+    "write_buckets",
 ]
 
 FILL = 0.5
@@ -75,6 +76,9 @@ MAX_BUCKETS = 1024
 """The most bucket files open at once (fewer if the open-file limit is low)."""
 MAX_SPLITS = 8
 """How many times a bucket may be split again before it is loaded whatever its size."""
+GROUP_SHARDS = 8
+"""Pass 2 writes runs of buckets that hold at least this many output shards' worth of
+samples, each run into shards of its own: at most about one shard in this many is short."""
 
 _PREFIX = struct.Struct("<Q")  # each record in a bucket file: its length, then its msgpack
 _ENCODING = ("utf-8", "surrogateescape")  # keys and names: tar names decode with surrogates
@@ -504,7 +508,8 @@ class Run:
 
 
 def bucket_pattern(staging: str, position: int) -> str:
-    """The temporary names of the shards of the bucket written at ``position`` in pass 2."""
+    """The temporary names of the shards of the run of buckets written at ``position`` in
+    pass 2."""
     return os.path.join(staging.replace("%", "%%"), f"{position:06d}-%06d")
 
 
@@ -525,22 +530,55 @@ def write_samples(
     return writer.shards
 
 
-def write_bucket(
+def group_buckets(order: list[Bucket], maxcount: int, maxsize: float) -> list[list[Bucket]]:
+    """The buckets in ``order`` cut into runs of consecutive ones that pass 2 writes each
+    into shards of its own (in parallel on Ray), each run holding at least ``GROUP_SHARDS``
+    shards' worth of samples (of ``maxcount`` samples or ``maxsize`` bytes, with the mean
+    size of a sample): so at most about one shard in ``GROUP_SHARDS`` is short. It depends
+    only on the buckets and the limits, never on the engine.
+
+    >>> def bucket(index, count): return Bucket(index, [Part(f"b{index}", count, 100 * count)])
+    >>> order = [bucket(i, 30) for i in range(7)]
+    >>> [[b.index for b in run] for run in group_buckets(order, maxcount=10, maxsize=1e9)]
+    [[0, 1, 2], [3, 4, 5, 6]]
+    >>> [len(run) for run in group_buckets(order, maxcount=1000, maxsize=1e9)]
+    [7]
+    """
+    count = sum(bucket.count for bucket in order)
+    size = sum(bucket.size for bucket in order)
+    shard = min(maxsize, maxcount * size / max(count, 1))
+    runs: list[list[Bucket]] = []
+    run: list[Bucket] = []
+    for bucket in order:
+        run.append(bucket)
+        if sum(b.size for b in run) >= GROUP_SHARDS * shard:
+            runs.append(run)
+            run = []
+    if run and runs:
+        runs[-1] += run  # a short run at the end joins the one before
+    elif run:
+        runs.append(run)
+    return runs
+
+
+def write_buckets(
     plan: ShufflePlan,
-    bucket: Bucket,
+    buckets: list[Bucket],
     pattern: str,
     options: dict[str, Any],
     reader: BucketReader | None = None,
     bar: Any = None,
 ) -> Written:
-    """Pass 2 over one bucket: its samples in their random order, into shards of their own
-    named by ``pattern`` (``maxcount``, ``maxsize`` and ``compress`` in ``options``). Without
-    a ``reader``, one of its own that keeps the files of pass 1 (a retried task finds them)."""
+    """Pass 2 over a run of buckets (:func:`group_buckets`): the samples of each in turn, in
+    their random order, into shards of their own named by ``pattern`` (``maxcount``,
+    ``maxsize`` and ``compress`` in ``options``). Without a ``reader``, one of its own that
+    keeps the files of pass 1 (a retried task finds them)."""
     own = reader is None
     reader = reader or BucketReader(plan)
     tally = Tally()
+    samples = (sample for bucket in buckets for sample in reader.samples(bucket))
     try:
-        shards = write_samples(reader.samples(bucket), pattern, options, tally, bar)
+        shards = write_samples(samples, pattern, options, tally, bar)
     finally:
         if own:
             reader.close()

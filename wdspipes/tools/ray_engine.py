@@ -30,10 +30,11 @@ from wdspipes.tools.buckets import (
     Tally,
     Written,
     bucket_pattern,
+    group_buckets,
     join_parts,
     order_buckets,
     scatter_shard,
-    write_bucket,
+    write_buckets,
 )
 from wdspipes.tools.progress import byte_bar
 
@@ -176,14 +177,15 @@ class RaySession:
         progress: bool,
         size: int,
     ) -> list[Written]:
-        """Pass 2: a task per bucket, each writing the shards of its place in ``order``."""
-        write = self._remote(write_bucket)
+        """Pass 2: a task per run of buckets, each writing the shards of its place."""
+        write = self._remote(write_buckets)
+        runs = group_buckets(order, options["maxcount"], options["maxsize"])
         calls = {
-            write.remote(plan, bucket, bucket_pattern(staging, position), options): position
-            for position, bucket in enumerate(order)
+            write.remote(plan, buckets, bucket_pattern(staging, position), options): position
+            for position, buckets in enumerate(runs)
         }
         with byte_bar(progress, "pass 2: shards", size) as bar:
-            return self._results(calls, bar, "buckets", lambda i, done: done.tally.bytes)
+            return self._results(calls, bar, "bucket runs", lambda i, done: done.tally.bytes)
 
     def _remote(self, function: Callable[..., Any]) -> Any:
         return self.ray.remote(max_retries=MAX_RETRIES, retry_exceptions=False)(function)

@@ -48,6 +48,7 @@ from wdspipes.tools.buckets import (
     bucket_count,
     bucket_pattern,
     check_positive,
+    group_buckets,
     open_file_limit,
     read_shard,
     write_samples,
@@ -250,10 +251,12 @@ def _shuffle_here(
         for sample in reader:
             shuffler.add(sample)
         reader.bar.close()
+        runs = group_buckets(shuffler.drain(), options["maxcount"], options["maxsize"])
         with byte_bar(progress, "pass 2: shards", total=shuffler.size) as bar:
-            for position, bucket in enumerate(shuffler.drain()):
+            for position, buckets in enumerate(runs):
+                samples = (sample for bucket in buckets for sample in shuffler.samples(bucket))
                 pattern = bucket_pattern(staging, position)
-                staged += write_samples(shuffler.samples(bucket), pattern, options, written, bar)
+                staged += write_samples(samples, pattern, options, written, bar)
     return Run(reader.tally, written, staged, shuffler.passes, shuffler.largest)
 
 
