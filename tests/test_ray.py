@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from shardgen import make_tar
 
 import wdspipes as wds
+from wdspipes.cli.create import create as create_command
 from wdspipes.cli.reshard import reshard as reshard_command
 from wdspipes.tools.ray_engine import RaySession
 from wdspipes.tools.reshard import reshard
@@ -149,6 +150,33 @@ def test_a_task_whose_worker_dies_is_run_again(
     there = reshard(urls, str(tmp_path / "ray" / "o-%02d.tar"), shuffle=True, seed=4, engine="ray")
     assert flag.exists()
     assert contents(there.shards) == contents(here.shards)
+
+
+@pytest.mark.slow
+@pytest.mark.loaders
+def test_create_from_a_class_archive_on_ray_writes_the_local_bytes(
+    ray_session: Any, tmp_path: Path
+) -> None:
+    classes = [f"n{index:08d}" for index in range(4)]
+    inner = [
+        (
+            f"{wnid}.tar",
+            make_tar([(f"{wnid}_{n}.JPEG", b"%s/%d" % (wnid.encode(), n) * n) for n in range(30)]),
+        )
+        for wnid in classes
+    ]
+    archive = tmp_path / "train.tar"
+    archive.write_bytes(make_tar(inner))
+    outputs = {}
+    for engine in ([], ["--ray"]):
+        pattern = str(tmp_path / f"out{len(engine)}" / "in-%03d.tar")
+        args = [pattern, str(archive), "--classes", "--maxcount", "9", "--shuffle", "--seed", "3"]
+        result = CliRunner().invoke(create_command, [*args, *engine, "--memory", "8000"])
+        assert result.exit_code == 0, result.output
+        outputs[bool(engine)] = sorted((tmp_path / f"out{len(engine)}").iterdir())
+    assert [p.name for p in outputs[True]] == [p.name for p in outputs[False]]
+    assert len(outputs[True]) > 4
+    assert [p.read_bytes() for p in outputs[True]] == [p.read_bytes() for p in outputs[False]]
 
 
 @pytest.mark.slow

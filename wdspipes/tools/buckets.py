@@ -2,7 +2,7 @@
 engine can run: on one machine in one process, or spread over a Ray cluster
 (:mod:`~wdspipes.tools.ray_engine`), with the same bytes out.
 
-Pass 1 (:class:`Scatter`, :func:`scatter_shard`) packs each sample of an input shard with
+Pass 1 (:class:`Scatter`, :func:`scatter_source`) packs each sample of an input shard with
 msgpack and appends it to one of B bucket files chosen uniformly at random; the choices of
 input shard ``i`` come from a generator seeded by ``(seed, i)`` alone, so each input shard can
 be scattered on its own (into its own bucket files) or all in one stream (into shared ones):
@@ -35,12 +35,13 @@ from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import msgpack
 
 from wdspipes.core.datapipe import Sample
 from wdspipes.errors import WdsError
+from wdspipes.io.local import local_path
 from wdspipes.pipeline import WebDataset
 from wdspipes.write import ShardWriter
 
@@ -50,7 +51,9 @@ __all__ = [
     "Run",
     "Scatter",
     "Scattered",
+    "ShardSource",
     "ShufflePlan",
+    "Source",
     "Tally",
     "Written",
     "bucket_count",
@@ -58,9 +61,9 @@ __all__ = [
     "group_buckets",
     "join_parts",
     "order_buckets",
-    "read_shard",
     "scatter_samples",
-    "scatter_shard",
+    "scatter_source",
+    "total_size",
     "write_buckets",
 ]
 
@@ -327,15 +330,62 @@ class Scattered:
     tally: Tally = field(default_factory=Tally)
 
 
-def read_shard(url: str, ignore_zeros: bool = False) -> Iterator[Sample]:
-    """The samples of one input shard, without ``__url__``.
+class Source(Protocol):
+    """One input of a reshard, read by one task of pass 1: its samples, a name for errors,
+    and its size in bytes if known (to choose the number of buckets)."""
 
-    Raises:
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def size(self) -> int | None: ...
+
+    def samples(self) -> Iterator[Sample]:
+        """The samples, each a dict of ``__key__`` and fields' bytes."""
+        ...
+
+    def shared(self) -> Source:
+        """The same input, named so that a process in another directory finds it."""
+        ...
+
+
+@dataclass(frozen=True)
+class ShardSource:
+    """An input shard by URL: its samples without ``__url__``.
+
+    Raises (on reading):
         WdsError: the shard cannot be read (the error names it).
     """
-    for sample in WebDataset([url], ignore_zeros=ignore_zeros):
-        del sample["__url__"]
-        yield sample
+
+    name: str
+    ignore_zeros: bool = False
+    size: int | None = None
+
+    @classmethod
+    def of(cls, url: str, ignore_zeros: bool = False) -> ShardSource:
+        """The source of ``url``, its size taken if it is a local file."""
+        path = local_path(url)
+        size = None
+        if path is not None:
+            with contextlib.suppress(OSError):  # reading it reports the problem
+                size = os.path.getsize(path)
+        return cls(url, ignore_zeros, size)
+
+    def samples(self) -> Iterator[Sample]:
+        for sample in WebDataset([self.name], ignore_zeros=self.ignore_zeros):
+            del sample["__url__"]
+            yield sample
+
+    def shared(self) -> ShardSource:
+        if local_path(self.name) != self.name:
+            return self
+        return ShardSource(os.path.abspath(self.name), self.ignore_zeros, self.size)
+
+
+def total_size(sources: Iterable[Source]) -> int | None:
+    """The sizes of all ``sources`` added, None if one is not known."""
+    sizes = [source.size for source in sources]
+    return None if None in sizes else sum(size or 0 for size in sizes)
 
 
 def scatter_samples(plan: ShufflePlan, source: int, samples: Iterable[Sample]) -> Scattered:
@@ -351,9 +401,9 @@ def scatter_samples(plan: ShufflePlan, source: int, samples: Iterable[Sample]) -
     return Scattered(parts, scatter.tally)
 
 
-def scatter_shard(plan: ShufflePlan, source: int, url: str, ignore_zeros: bool) -> Scattered:
-    """Pass 1 over one input shard (:func:`scatter_samples` of :func:`read_shard`)."""
-    return scatter_samples(plan, source, read_shard(url, ignore_zeros))
+def scatter_source(plan: ShufflePlan, number: int, source: Source) -> Scattered:
+    """Pass 1 over input number ``number`` (:func:`scatter_samples` of its samples)."""
+    return scatter_samples(plan, number, source.samples())
 
 
 def join_parts(plan: ShufflePlan, scattered: Iterable[list[Part | None]]) -> list[Bucket]:

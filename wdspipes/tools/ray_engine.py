@@ -21,19 +21,20 @@ from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from wdspipes.io.local import local_path
 from wdspipes.tools.buckets import (
     Bucket,
     Run,
     Scattered,
     ShufflePlan,
+    Source,
     Tally,
     Written,
     bucket_pattern,
     group_buckets,
     join_parts,
     order_buckets,
-    scatter_shard,
+    scatter_source,
+    total_size,
     write_buckets,
 )
 from wdspipes.tools.progress import byte_bar
@@ -131,26 +132,19 @@ class RaySession:
     def shuffle(
         self,
         plan: ShufflePlan,
-        urls: list[str],
-        sizes: dict[str, int | None],
+        sources: list[Source],
         staging: str,
         options: dict[str, Any],
         progress: bool,
-        ignore_zeros: bool,
     ) -> Run:
-        """The bucket shuffle of ``urls`` into shards under ``staging``, as Ray tasks."""
+        """The bucket shuffle of ``sources`` into shards under ``staging``, as Ray tasks."""
         self._check_reached([staging, plan.directory])
-        original, urls = (
-            urls,
-            [os.path.abspath(url) if local_path(url) == url else url for url in urls],
-        )
-        scatter = self._remote(scatter_shard)
-        calls = {scatter.remote(plan, i, url, ignore_zeros): i for i, url in enumerate(urls)}
-        weights = [sizes[url] for url in original]
-        total = None if None in weights else sum(size or 0 for size in weights)
-        with byte_bar(progress, "pass 1: buckets", total) as bar:
+        scatter = self._remote(scatter_source)
+        shared = [source.shared() for source in sources]
+        calls = {scatter.remote(plan, i, source): i for i, source in enumerate(shared)}
+        with byte_bar(progress, "pass 1: buckets", total_size(sources)) as bar:
             scattered: list[Scattered] = self._results(
-                calls, bar, "input shards", lambda i, done: weights[i] or done.tally.bytes
+                calls, bar, "inputs", lambda i, done: sources[i].size or done.tally.bytes
             )
         read = Tally()
         for done in scattered:
@@ -250,8 +244,3 @@ class RaySession:
 def missing_directories(directories: list[str]) -> list[str]:
     """Those of ``directories`` that are not directories here."""
     return [path for path in directories if not os.path.isdir(path)]
-
-
-def _absolute(url: str) -> str:
-    """A local path made absolute (the workers' directory is not the driver's)."""
-    return os.path.abspath(url) if local_path(url) == url else url

@@ -32,7 +32,7 @@ import random
 import re
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,20 +43,29 @@ from wdspipes.tools.buckets import (
     LOAD_LIMIT,
     BucketShuffle,
     Run,
+    ShardSource,
     ShufflePlan,
+    Source,
     Tally,
     bucket_count,
     bucket_pattern,
     check_positive,
     group_buckets,
     open_file_limit,
-    read_shard,
+    total_size,
     write_samples,
 )
 from wdspipes.tools.progress import byte_bar
 from wdspipes.write.shards import check_pattern
 
-__all__ = ["ENGINES", "BucketShuffle", "ReshardReport", "bucket_count", "reshard"]
+__all__ = [
+    "ENGINES",
+    "BucketShuffle",
+    "ReshardReport",
+    "bucket_count",
+    "reshard",
+    "reshard_sources",
+]
 
 ENGINES = ("local", "ray")
 """Where :func:`reshard` runs: in this process, or as tasks on a Ray cluster."""
@@ -168,37 +177,65 @@ def reshard(
         OSError: the output cannot be written, or an output name is a directory.
         RuntimeError: fewer or more samples were written than read (a bug, never expected).
     """
-    if isinstance(maxcount, bool) or not isinstance(maxcount, int):
-        raise ValueError(f"maxcount must be an int, got {maxcount!r}")
-    check_positive(maxcount=maxcount, maxsize=maxsize, memory=memory)
-    check_pattern(pattern)
-    _check_engine(engine, shuffle, address, cpus)
-    _check_local(pattern, "output pattern")
-    if tmpdir is not None:
-        _check_local(tmpdir, "tmpdir")
+    limits = {"maxcount": maxcount, "maxsize": maxsize, "memory": memory, "tmpdir": tmpdir}
+    _check_options(pattern, limits, shuffle, engine, address, cpus)
     urls = expand_urls(inputs)
     _check_no_clash(pattern, urls)
+    sources = [ShardSource.of(url, ignore_zeros) for url in urls]
+    return reshard_sources(
+        sources,
+        pattern,
+        maxcount,
+        maxsize,
+        shuffle,
+        seed,
+        memory,
+        tmpdir,
+        compress,
+        progress,
+        engine,
+        address,
+        cpus,
+    )
+
+
+def reshard_sources(
+    sources: Sequence[Source],
+    pattern: str,
+    maxcount: int = 100_000,
+    maxsize: float = 3e9,
+    shuffle: bool = False,
+    seed: int | None = None,
+    memory: float = 1e9,
+    tmpdir: str | None = None,
+    compress: str | None = None,
+    progress: bool = False,
+    engine: str = "local",
+    address: str | None = None,
+    cpus: int | None = None,
+) -> ReshardReport:
+    """:func:`reshard` of any inputs, each a :class:`~wdspipes.tools.buckets.Source` read
+    by one task of pass 1 (shards by URL, the class archives of
+    :mod:`~wdspipes.tools.classes`); the same arguments, and the same errors."""
+    limits = {"maxcount": maxcount, "maxsize": maxsize, "memory": memory, "tmpdir": tmpdir}
+    _check_options(pattern, limits, shuffle, engine, address, cpus)
     start = time.perf_counter()
     outdir = os.path.abspath(os.path.dirname(pattern % 0) or ".")
-    sizes = {url: _local_size(url) for url in urls}
     options = {"maxcount": maxcount, "maxsize": maxsize, "compress": compress}
     if shuffle and seed is None:
         seed = random.SystemRandom().randrange(1 << 63)
+    buckets = 0
     with _session(engine, address, cpus) as session, _temporary_directory(outdir) as staging:
         if shuffle:
             assert seed is not None  # drawn above
             with _temporary_directory(os.path.abspath(tmpdir or staging)) as directory:
-                plan = ShufflePlan(
-                    directory,
-                    bucket_count(_total(urls, sizes), memory, open_file_limit()),
-                    seed,
-                    memory,
-                    open_file_limit(),
-                )
+                limit = open_file_limit()
+                buckets = bucket_count(total_size(sources), memory, limit)
+                plan = ShufflePlan(directory, buckets, seed, memory, limit)
                 shuffled = _shuffle_here if session is None else session.shuffle
-                run = shuffled(plan, urls, sizes, staging, options, progress, ignore_zeros)
+                run = shuffled(plan, list(sources), staging, options, progress)
         else:
-            run = _copy_here(urls, sizes, staging, options, progress, ignore_zeros)
+            run = _copy_here(sources, staging, options, progress)
         _check_counts(run.read, run.written)
         shards = _publish(run.staged, pattern)
     return ReshardReport(
@@ -206,26 +243,21 @@ def reshard(
         bytes=run.written.bytes,
         shards=shards,
         output_bytes=sum(os.path.getsize(path) for path in shards),
-        input_bytes=_total(urls, sizes),
+        input_bytes=total_size(sources),
         seconds=time.perf_counter() - start,
         passes=run.passes,
-        buckets=plan.buckets if shuffle else 0,
+        buckets=buckets,
         largest_bucket=run.largest,
         seed=seed if shuffle else None,
     )
 
 
 def _copy_here(
-    urls: list[str],
-    sizes: dict[str, int | None],
-    staging: str,
-    options: dict[str, Any],
-    progress: bool,
-    ignore_zeros: bool,
+    sources: Sequence[Source], staging: str, options: dict[str, Any], progress: bool
 ) -> Run:
     """The samples in input order, into one series of shards."""
     written = Tally()
-    with _Reader(urls, sizes, progress, "resharding", ignore_zeros) as reader:
+    with _Reader(sources, progress, "resharding") as reader:
         pattern = os.path.join(staging.replace("%", "%%"), "%06d")
         staged = write_samples(reader, pattern, options, written)
     return Run(reader.tally, written, staged, passes=1)
@@ -233,19 +265,17 @@ def _copy_here(
 
 def _shuffle_here(
     plan: ShufflePlan,
-    urls: list[str],
-    sizes: dict[str, int | None],
+    sources: list[Source],
     staging: str,
     options: dict[str, Any],
     progress: bool,
-    ignore_zeros: bool,
 ) -> Run:
     """The bucket shuffle in this process: pass 1 into one file per bucket, pass 2 bucket
     after bucket."""
     written, staged = Tally(), []
     with (
-        _Reader(urls, sizes, progress, "pass 1: buckets", ignore_zeros) as reader,
-        BucketShuffle(plan.directory, plan.memory, plan.seed, _total(urls, sizes)) as shuffler,
+        _Reader(sources, progress, "pass 1: buckets") as reader,
+        BucketShuffle(plan.directory, plan.memory, plan.seed, total_size(sources)) as shuffler,
     ):
         reader.begin = shuffler.begin
         for sample in reader:
@@ -258,6 +288,26 @@ def _shuffle_here(
                 pattern = bucket_pattern(staging, position)
                 staged += write_samples(samples, pattern, options, written, bar)
     return Run(reader.tally, written, staged, shuffler.passes, shuffler.largest)
+
+
+def _check_options(
+    pattern: str,
+    limits: dict[str, Any],
+    shuffle: bool,
+    engine: str,
+    address: str | None,
+    cpus: int | None,
+) -> None:
+    """Refuse bad arguments before any work."""
+    maxcount, tmpdir = limits["maxcount"], limits["tmpdir"]
+    if isinstance(maxcount, bool) or not isinstance(maxcount, int):
+        raise ValueError(f"maxcount must be an int, got {maxcount!r}")
+    check_positive(maxcount=maxcount, maxsize=limits["maxsize"], memory=limits["memory"])
+    check_pattern(pattern)
+    _check_engine(engine, shuffle, address, cpus)
+    _check_local(pattern, "output pattern")
+    if tmpdir is not None:
+        _check_local(tmpdir, "tmpdir")
 
 
 def _check_engine(engine: str, shuffle: bool, address: str | None, cpus: int | None) -> None:
@@ -298,12 +348,6 @@ def _session(engine: str, address: str | None, cpus: int | None) -> Iterator[Any
         yield session
 
 
-def _total(urls: list[str], sizes: dict[str, int | None]) -> int | None:
-    """The size of all the inputs, if all are local files."""
-    known = [sizes[url] for url in urls]
-    return None if None in known else sum(size or 0 for size in known)
-
-
 def _check_no_clash(pattern: str, urls: list[str]) -> None:
     """Refuse a pattern that could name one of the local input shards: writing would
     replace an input, possibly before it is read."""
@@ -315,16 +359,6 @@ def _check_no_clash(pattern: str, urls: list[str]) -> None:
         path = local_path(url)
         if path is not None and regex.fullmatch(os.path.abspath(path)):
             raise ValueError(f"the output pattern {pattern!r} could overwrite the input {url!r}")
-
-
-def _local_size(url: str) -> int | None:
-    path = local_path(url)
-    if path is None:
-        return None
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return None  # reading it reports the problem, with the URL
 
 
 def _publish(staged: list[str], pattern: str) -> list[str]:
@@ -359,34 +393,25 @@ def _check_counts(read: Tally, written: Tally) -> None:
 
 
 class _Reader:
-    """The input samples without their ``__url__``, counted, with a progress bar in input
-    bytes (payload as it comes, set to the shard sizes at each shard's end). ``begin`` is
-    called with each input shard's number before its samples."""
+    """The samples of the sources, counted, with a progress bar in input bytes (payload as
+    it comes, set to the sources' sizes at each one's end). ``begin`` is called with each
+    source's number before its samples."""
 
-    def __init__(
-        self,
-        urls: list[str],
-        sizes: dict[str, int | None],
-        progress: bool,
-        desc: str,
-        ignore_zeros: bool = False,
-    ) -> None:
-        self.urls = urls
-        self.ignore_zeros = ignore_zeros
-        self.sizes = sizes
+    def __init__(self, sources: Sequence[Source], progress: bool, desc: str) -> None:
+        self.sources = sources
         self.tally = Tally()
-        self.bar = byte_bar(progress, desc, _total(urls, sizes))
+        self.bar = byte_bar(progress, desc, total_size(sources))
         self.begin: Callable[[int], None] = lambda index: None
 
     def __iter__(self) -> Iterator[Sample]:
-        done = 0  # the sizes of the shards finished
-        for index, url in enumerate(self.urls):
+        done = 0  # the sizes of the sources finished
+        for index, source in enumerate(self.sources):
             self.begin(index)
-            for sample in read_shard(url, self.ignore_zeros):
+            for sample in source.samples():
                 self.tally.add(sample)
                 self.bar.update(self.tally.last)
                 yield sample
-            done += self.sizes[url] or 0
+            done += source.size or 0
             if done > self.bar.n:
                 self.bar.update(done - self.bar.n)
 
