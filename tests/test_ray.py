@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from shardgen import make_tar
+from shardgen import make_tar, write_varied_shards
 
 import wdspipes as wds
 from wdspipes.cli.create import create as create_command
@@ -42,18 +42,7 @@ def ray_session() -> Iterator[Any]:
 @pytest.fixture
 def inputs(tmp_path: Path) -> list[str]:
     """6 shards of 40 samples with fields of varied sizes, one of them empty."""
-    directory = tmp_path / "in"
-    directory.mkdir()
-    paths = []
-    for shard in range(6):
-        members = []
-        for index in range(40 if shard != 2 else 0):
-            key = f"{shard:03d}-{index:05d}"
-            members += [(f"{key}.cls", b"%d" % index), (f"{key}.bin", key.encode() * index)]
-        path = directory / f"shard-{shard:03d}.tar"
-        path.write_bytes(make_tar(members))
-        paths.append(str(path))
-    return paths
+    return write_varied_shards(tmp_path / "in", [40, 40, 0, 40, 40, 40])
 
 
 def contents(paths: list[str]) -> list[tuple[str, bytes]]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from shardgen import kill_when_ready, make_tar, write_shards
+from shardgen import kill_when_ready, write_shards, write_varied_shards
 
 import wdspipes as wds
 import wdspipes.tools.buckets as buckets_module
@@ -32,18 +32,7 @@ Item = tuple[str, tuple[tuple[str, bytes], ...]]
 @pytest.fixture
 def inputs(tmp_path: Path) -> list[str]:
     """8 shards of 50 samples, keys unique across shards, fields of varied sizes."""
-    directory = tmp_path / "in"
-    directory.mkdir()
-    paths = []
-    for shard in range(NSHARDS):
-        members = []
-        for index in range(PER_SHARD):
-            key = f"{shard:03d}-{index:05d}"
-            members += [(f"{key}.cls", b"%d" % index), (f"{key}.bin", key.encode() * index)]
-        path = directory / f"shard-{shard:03d}.tar"
-        path.write_bytes(make_tar(members))
-        paths.append(str(path))
-    return paths
+    return write_varied_shards(tmp_path / "in", [PER_SHARD] * NSHARDS)
 
 
 def items(urls: list[str]) -> list[Item]:
