@@ -53,6 +53,23 @@ def sample_members(
     return [(f"{key}.{field}", f"{key}/{field}".encode()) for key in keys for field in fields]
 
 
+def write_varied_shards(directory: Path, counts: Sequence[int]) -> list[str]:
+    """Shards ``shard-000.tar``, ... in ``directory`` (made), with ``counts[i]`` samples in
+    shard i, keyed ``"{shard:03d}-{index:05d}"``, with a ``cls`` and a ``bin`` field of
+    ``index`` times the key (sizes that vary): the inputs of the reshard tests."""
+    directory.mkdir()
+    paths = []
+    for shard, count in enumerate(counts):
+        members = []
+        for index in range(count):
+            key = f"{shard:03d}-{index:05d}"
+            members += [(f"{key}.cls", b"%d" % index), (f"{key}.bin", key.encode() * index)]
+        path = directory / f"shard-{shard:03d}.tar"
+        path.write_bytes(make_tar(members))
+        paths.append(str(path))
+    return paths
+
+
 def write_shards(
     directory: Path,
     nshards: int,

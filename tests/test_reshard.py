@@ -16,11 +16,13 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from shardgen import kill_when_ready, make_tar, write_shards
+from shardgen import kill_when_ready, write_shards, write_varied_shards
 
 import wdspipes as wds
+import wdspipes.tools.buckets as buckets_module
 import wdspipes.tools.reshard as reshard_module
 from wdspipes.cli.reshard import reshard as reshard_command
+from wdspipes.tools.buckets import BucketReader
 from wdspipes.tools.reshard import BucketShuffle, reshard
 
 NSHARDS, PER_SHARD = 8, 50
@@ -30,18 +32,7 @@ Item = tuple[str, tuple[tuple[str, bytes], ...]]
 @pytest.fixture
 def inputs(tmp_path: Path) -> list[str]:
     """8 shards of 50 samples, keys unique across shards, fields of varied sizes."""
-    directory = tmp_path / "in"
-    directory.mkdir()
-    paths = []
-    for shard in range(NSHARDS):
-        members = []
-        for index in range(PER_SHARD):
-            key = f"{shard:03d}-{index:05d}"
-            members += [(f"{key}.cls", b"%d" % index), (f"{key}.bin", key.encode() * index)]
-        path = directory / f"shard-{shard:03d}.tar"
-        path.write_bytes(make_tar(members))
-        paths.append(str(path))
-    return paths
+    return write_varied_shards(tmp_path / "in", [PER_SHARD] * NSHARDS)
 
 
 def items(urls: list[str]) -> list[Item]:
@@ -248,7 +239,7 @@ def test_a_failed_run_leaves_files_under_the_final_names_as_they_were(
 def test_a_failure_while_writing_removes_the_buckets(
     inputs: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    unpack, calls = reshard_module._unpack, []
+    unpack, calls = buckets_module._unpack, []
 
     def failing_unpack(data: Any) -> Any:
         calls.append(1)
@@ -256,11 +247,11 @@ def test_a_failure_while_writing_removes_the_buckets(
             raise OSError("disk on fire")
         return unpack(data)
 
-    monkeypatch.setattr(reshard_module, "_unpack", failing_unpack)
+    monkeypatch.setattr(buckets_module, "_unpack", failing_unpack)
     out = tmp_path / "out"
     with pytest.raises(OSError, match="disk on fire"):
         reshard(inputs, str(out / "o-%02d.tar"), maxcount=60, shuffle=True, memory=5_000)
-    assert len(calls) > 130  # two shards of 60 were finished before the failure
+    assert len(calls) > 130  # shards were finished before the failure
     assert files_under(out) == []  # no shard, no bucket directory, no partial
 
 
@@ -276,6 +267,7 @@ def test_an_output_name_taken_by_a_directory_fails_before_any_rename(
 
 KILLED_RESHARD = """
 import sys, time
+import wdspipes.tools.buckets as buckets_module
 import wdspipes.tools.reshard as reshard_module
 from wdspipes.write import ShardWriter
 
@@ -286,7 +278,7 @@ class Stalling(ShardWriter):
             time.sleep(600)
         super().write(sample)
 
-reshard_module.ShardWriter = Stalling
+buckets_module.ShardWriter = Stalling
 reshard_module.reshard(sys.argv[3:], sys.argv[1], maxcount=60, shuffle=sys.argv[2] == "1")
 """
 
@@ -316,14 +308,14 @@ def test_a_pattern_with_the_number_in_a_directory(inputs: list[str], tmp_path: P
 def test_a_lost_sample_is_reported(
     inputs: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    load = BucketShuffle._load
+    load = BucketReader._load
 
-    def lossy_load(self: BucketShuffle, bucket: Any) -> Iterator[dict[str, Any]]:
-        samples = load(self, bucket)
+    def lossy_load(self: BucketReader, *args: Any) -> Iterator[dict[str, Any]]:
+        samples = load(self, *args)
         next(samples)
         return samples
 
-    monkeypatch.setattr(BucketShuffle, "_load", lossy_load)
+    monkeypatch.setattr(BucketReader, "_load", lossy_load)
     with pytest.raises(RuntimeError, match=r"read 400 samples .* but wrote 39\d"):
         reshard(inputs, str(tmp_path / "o-%02d.tar"), shuffle=True)
 

@@ -1,4 +1,6 @@
-"""``wdspipes create``: one shard from a directory tree or from a recipe file.
+"""``wdspipes create``: one shard from a directory tree or from a recipe file; or, with an
+output pattern, a series of shards from those or from a tar of class tars, in order or
+shuffled, on Ray with ``--ray`` (the work of :func:`~wdspipes.tools.reshard.reshard_sources`).
 
 A directory gives every regular file under it, named relative to it, in the order of
 ``tar --sort=name`` (the entries of each directory sorted by name, byte by byte, depth
@@ -20,6 +22,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -27,14 +30,23 @@ from wdspipes.cli.common import (
     COMPRESSIONS,
     Stopwatch,
     counted,
+    describe_error,
     format_size,
+    one_line,
     output_compression,
     progress,
     shard_writer,
     summarize,
     warn,
 )
+from wdspipes.cli.reshard import job_arguments, job_options, run_job
 from wdspipes.core.names import is_meta, split_name
+from wdspipes.errors import WdsError
+from wdspipes.write.shards import check_pattern
+
+if TYPE_CHECKING:
+    from wdspipes.tools.buckets import Source
+    from wdspipes.tools.sources import ClassTar
 
 __all__ = ["create", "read_recipe", "tree_members"]
 
@@ -50,16 +62,41 @@ Members = list[tuple[str, str]]
     type=click.Choice(COMPRESSIONS),
     help="Compress the whole shard (default: by OUT's suffix, e.g. .tar.gz, else none).",
 )
-def create(output: str, source: str, compress: str | None) -> None:
-    """Write the shard OUT from SOURCE, a directory or a recipe file.
+@click.option(
+    "--classes",
+    is_flag=True,
+    help="SOURCE is a tar of one tar per class (n01440764.tar holding its images): each "
+    "image is a sample with its class's number (its name's place in sorted order) as cls. "
+    "OUT must be a pattern.",
+)
+@job_options
+def create(output: str, source: str, compress: str | None, classes: bool, **job: Any) -> None:
+    """Write the shard OUT from SOURCE, a directory or a recipe file; or, if OUT is a
+    pattern (train-%06d.tar), a series of shards of at most --maxcount samples and
+    --maxsize bytes, in order or with --shuffle in a uniformly random order, on Ray with
+    --ray (as wdspipes reshard does).
 
     A directory: every regular file under it, named relative to it, in the order of
     tar --sort=name; symbolic links and special files are skipped with a warning. A recipe:
     lines "archive-name source-path" (source paths relative to the recipe's directory; quote
     names with spaces; blank lines and # comments ignored), written in the recipe's order.
-    OUT appears only once it is complete; - writes to standard output, and OUT may be any URL
-    the writers take (pipe:COMMAND, s3://...).
+    With --classes, a tar of class tars. OUT appears only once it is complete (a series:
+    all at once); - writes to standard output, and a single OUT may be any URL the writers
+    take (pipe:COMMAND, s3://...).
+
+    \b
+    Examples:
+      wdspipes create train-0000.tar images/
+      wdspipes create 'train-%06d.tar' images/ --maxcount 10000 --shuffle --seed 1
+      wdspipes create 'in1k-%04d.tar' ILSVRC2012_img_train.tar --classes --maxsize 1G \\
+          --shuffle --seed 0 --ray
     """
+    if _is_pattern(output):
+        _create_series(output, source, compress, classes, job)
+        return
+    given = [f"--{name}" for name in job if _given(name)] + (["--classes"] if classes else [])
+    if given:
+        raise click.UsageError(f"{given[0]} applies only when OUT is a pattern (train-%06d.tar)")
     clock = Stopwatch()
     if os.path.isdir(source):
         members = tree_members(source)
@@ -82,6 +119,56 @@ def create(output: str, source: str, compress: str | None) -> None:
         f"in {clock.elapsed():.1f} s.",
         err=output == "-",
     )
+
+
+def _create_series(
+    pattern: str, source: str, compress: str | None, classes: bool, job: dict[str, Any]
+) -> None:
+    """Write the samples of SOURCE into the shards of ``pattern``, as reshard does."""
+    from wdspipes.tools.reshard import reshard_sources  # torch: only a series loads it
+    from wdspipes.tools.sources import file_sources
+
+    engine = job_arguments(job["shuffle"], job["seed"], job.pop("ray"), job.pop("cpus"))
+    if classes:
+        if not os.path.isfile(source):
+            raise click.ClickException(f"{source}: not a tar of class tars (no such file)")
+        sources: list[Source] = [*_classes(source)]
+    elif os.path.isdir(source):
+        sources = [*file_sources(tree_members(source))]
+    elif os.path.isfile(source):
+        sources = [*file_sources(read_recipe(source))]
+    else:
+        raise click.ClickException(f"{source}: no such file or directory")
+    compression = output_compression(pattern % 0, compress)
+    run_job(
+        lambda: reshard_sources(
+            sources, pattern, compress=compression, progress=True, **job, **engine
+        ),
+        prefix="create: ",
+    )
+
+
+def _classes(archive: str) -> list[ClassTar]:
+    from wdspipes.tools.sources import class_sources
+
+    try:
+        return class_sources(archive)
+    except (WdsError, ValueError, OSError) as exn:
+        raise click.ClickException(one_line(describe_error(exn))) from exn
+
+
+def _is_pattern(output: str) -> bool:
+    try:
+        check_pattern(output)
+    except ValueError:
+        return False
+    return True
+
+
+def _given(name: str) -> bool:
+    """Whether the option of parameter ``name`` was on the command line."""
+    source = click.get_current_context().get_parameter_source(name)
+    return source is click.core.ParameterSource.COMMANDLINE
 
 
 def _write(output: str, members: Members, compression: str | None) -> tuple[int, int]:

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from tqdm import tqdm
 
-__all__ = ["progress"]
+__all__ = ["byte_bar", "progress"]
 
 T = TypeVar("T")
 
@@ -32,6 +32,22 @@ def progress(
         desc=desc,
         file=sys.stderr,
         disable=None,
+        leave=False,
+        dynamic_ncols=True,
+    )
+
+
+def byte_bar(show: bool, desc: str, total: int | None) -> Any:
+    """A tqdm bar in bytes on standard error (shown also when it is not a terminal); none (a
+    no-op bar) unless ``show``."""
+    return tqdm(
+        desc=desc,
+        total=total,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        file=sys.stderr,
+        disable=None if show else True,
         leave=False,
         dynamic_ncols=True,
     )

@@ -27,49 +27,50 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import math
 import os
 import random
 import re
-import struct
-import sys
 import tempfile
 import time
-from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import IO, Any
-
-import msgpack
-from tqdm import tqdm
+from typing import Any
 
 from wdspipes.core.datapipe import Sample
-from wdspipes.errors import WdsError
-from wdspipes.io.local import local_path, url_scheme
-from wdspipes.pipeline import WebDataset
+from wdspipes.io.local import local_path
 from wdspipes.read.specs import ShardSpec, expand_urls
-from wdspipes.write import ShardWriter
+from wdspipes.tools.buckets import (
+    LOAD_LIMIT,
+    BucketShuffle,
+    Run,
+    ShardSource,
+    ShufflePlan,
+    Source,
+    Tally,
+    bucket_count,
+    bucket_pattern,
+    check_positive,
+    group_buckets,
+    open_file_limit,
+    total_size,
+    write_samples,
+)
+from wdspipes.tools.progress import byte_bar
 from wdspipes.write.shards import check_pattern
 
-__all__ = ["BucketShuffle", "ReshardReport", "bucket_count", "reshard"]
+__all__ = [
+    "ENGINES",
+    "BucketShuffle",
+    "ReshardReport",
+    "bucket_count",
+    "reshard",
+    "reshard_sources",
+]
 
-FILL = 0.5
-"""The expected size of one bucket, as a share of the memory budget."""
-LOAD_LIMIT = 0.8
-"""A bucket that would take more than this share of the budget in memory is split first."""
-BUFFER_SHARE = 0.25
-"""The share of the budget for the write buffers of the bucket files, all together."""
-MIN_BUFFER, MAX_BUFFER = 64 << 10, 1 << 20
-"""Bounds of one bucket file's write buffer."""
-MAX_BUCKETS = 1024
-"""The most bucket files open at once (fewer if the open-file limit is low)."""
-MAX_SPLITS = 8
-"""How many times a bucket may be split again before it is loaded whatever its size."""
-
-_PREFIX = struct.Struct("<Q")  # each record in a bucket file: its length, then its msgpack
-_ENCODING = ("utf-8", "surrogateescape")  # keys and names: tar names decode with surrogates
+ENGINES = ("local", "ray")
+"""Where :func:`reshard` runs: in this process, or as tasks on a Ray cluster."""
 _CONVERSION = re.compile(r"%%|%[-+ #0]*\d*(?:\.\d+)?[diouxX]")
+_ = LOAD_LIMIT  # re-exported for the tests' bounds on the largest bucket
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,9 @@ def reshard(
     compress: str | None = None,
     progress: bool = False,
     ignore_zeros: bool = False,
+    engine: str = "local",
+    address: str | None = None,
+    cpus: int | None = None,
 ) -> ReshardReport:
     """Rewrite the samples of ``inputs`` into new shards named by ``pattern``.
 
@@ -127,7 +131,9 @@ def reshard(
     once, with its key and the bytes of each field (``__url__`` and other ``__`` entries
     are dropped). In order (the default), the samples keep the order of the inputs.
     With ``shuffle``, they are written in a uniformly random order, in two passes through
-    bucket files in a temporary directory that is removed at the end, also on failure.
+    bucket files in a temporary directory that is removed at the end, also on failure: each
+    bucket is written into shards of its own (the last one of a bucket may be short), so
+    that the buckets can be written in parallel, as on Ray.
 
     All or nothing: the shards are written into a hidden directory ``.reshard-*`` beside the
     first output shard and renamed to their final names only after the whole run succeeded.
@@ -151,86 +157,196 @@ def reshard(
         ignore_zeros: read on past zero blocks in the inputs, as GNU tar's ``--ignore-zeros``
             (archives joined with ``cat`` are read whole); by default bytes other than zeros
             after an end-of-archive marker are an error.
+        engine: ``"local"``, in this process; ``"ray"``, the shuffle's two passes as Ray
+            tasks (one per input shard, then one per bucket; the ``ray`` extra), writing the
+            same bytes. The output, ``tmpdir`` and the inputs must then be on storage that
+            every node of the cluster reaches. See docs/guide/scaling.md.
+        address: with ``engine="ray"``, the cluster to join (``"auto"``, ``"HOST:PORT"``,
+            ``"ray://HOST:PORT"``); None starts Ray in this process for the run.
+        cpus: with ``engine="ray"`` and no address, the CPUs of that Ray (default: all).
 
     Returns:
         A :class:`ReshardReport`.
 
     Raises:
-        ValueError: a bad argument, a pattern that is a URL, or an output name that could
-            overwrite an input.
+        ValueError: a bad argument, an output name that could overwrite an input, or a URL
+            as output (the output is a local or shared directory).
+        ModuleNotFoundError: ``engine="ray"`` without Ray installed (the error names the
+            extra).
+        ConnectionError: the Ray cluster at ``address`` cannot be reached.
         WdsError: an input cannot be read (the error names the shard).
         OSError: the output cannot be written, or an output name is a directory.
         RuntimeError: fewer or more samples were written than read (a bug, never expected).
     """
-    if isinstance(maxcount, bool) or not isinstance(maxcount, int):
-        raise ValueError(f"maxcount must be an int, got {maxcount!r}")
-    _check_positive(maxcount=maxcount, maxsize=maxsize, memory=memory)
-    check_pattern(pattern)
-    if url_scheme(pattern) is not None:
-        raise ValueError(
-            f"reshard writes local shards, renamed into place when all are written; the "
-            f"pattern must be a path, got the URL {pattern!r} (write locally and copy, or "
-            "use ShardWriter, which writes to URLs)"
-        )
+    limits = {"maxcount": maxcount, "maxsize": maxsize, "memory": memory, "tmpdir": tmpdir}
+    _check_options(pattern, limits, shuffle, engine, address, cpus)
     urls = expand_urls(inputs)
     _check_no_clash(pattern, urls)
+    sources = [ShardSource.of(url, ignore_zeros) for url in urls]
+    return reshard_sources(
+        sources,
+        pattern,
+        maxcount,
+        maxsize,
+        shuffle,
+        seed,
+        memory,
+        tmpdir,
+        compress,
+        progress,
+        engine,
+        address,
+        cpus,
+    )
+
+
+def reshard_sources(
+    sources: Sequence[Source],
+    pattern: str,
+    maxcount: int = 100_000,
+    maxsize: float = 3e9,
+    shuffle: bool = False,
+    seed: int | None = None,
+    memory: float = 1e9,
+    tmpdir: str | None = None,
+    compress: str | None = None,
+    progress: bool = False,
+    engine: str = "local",
+    address: str | None = None,
+    cpus: int | None = None,
+) -> ReshardReport:
+    """:func:`reshard` of any inputs, each a :class:`~wdspipes.tools.buckets.Source` read
+    by one task of pass 1 (shards by URL, the class archives of
+    :mod:`~wdspipes.tools.classes`); the same arguments, and the same errors."""
+    limits = {"maxcount": maxcount, "maxsize": maxsize, "memory": memory, "tmpdir": tmpdir}
+    _check_options(pattern, limits, shuffle, engine, address, cpus)
     start = time.perf_counter()
-    outdir = os.path.dirname(pattern % 0) or "."
-    sizes = {url: _local_size(url) for url in urls}
-    written = _Tally()
-    buckets, passes, largest = 0, 1, 0
+    outdir = os.path.abspath(os.path.dirname(pattern % 0) or ".")
+    options = {"maxcount": maxcount, "maxsize": maxsize, "compress": compress}
     if shuffle and seed is None:
         seed = random.SystemRandom().randrange(1 << 63)
-    with (
-        _temporary_directory(outdir) as staging,
-        ShardWriter(
-            os.path.join(staging.replace("%", "%%"), "%06d"),
-            maxcount=maxcount,
-            maxsize=maxsize,
-            compress=compress,
-            encoder=False,
-        ) as writer,
-        _Reader(
-            urls, sizes, progress, "pass 1: buckets" if shuffle else "resharding", ignore_zeros
-        ) as reader,
-    ):
+    buckets = 0
+    with _session(engine, address, cpus) as session, _temporary_directory(outdir) as staging:
         if shuffle:
-            with (
-                _temporary_directory(tmpdir or staging) as directory,
-                BucketShuffle(directory, memory, seed, reader.total) as shuffler,
-            ):
-                for sample in reader:
-                    shuffler.add(sample)
-                reader.bar.close()
-                with _bar(progress, "pass 2: shards", total=shuffler.size) as bar:
-                    for sample in shuffler:
-                        written.write(writer, sample)
-                        bar.update(written.last)
-                buckets, passes, largest = shuffler.buckets, shuffler.passes, shuffler.largest
+            assert seed is not None  # drawn above
+            with _temporary_directory(os.path.abspath(tmpdir or staging)) as directory:
+                limit = open_file_limit()
+                buckets = bucket_count(total_size(sources), memory, limit)
+                plan = ShufflePlan(directory, buckets, seed, memory, limit)
+                shuffled = _shuffle_here if session is None else session.shuffle
+                run = shuffled(plan, list(sources), staging, options, progress)
         else:
-            for sample in reader:
-                written.write(writer, sample)
-        writer.close()
-        _check_counts(reader.tally, written)
-        shards = _publish(writer.shards, pattern)
+            run = _copy_here(sources, staging, options, progress)
+        _check_counts(run.read, run.written)
+        shards = _publish(run.staged, pattern)
     return ReshardReport(
-        samples=written.samples,
-        bytes=written.bytes,
+        samples=run.written.samples,
+        bytes=run.written.bytes,
         shards=shards,
         output_bytes=sum(os.path.getsize(path) for path in shards),
-        input_bytes=reader.total,
+        input_bytes=total_size(sources),
         seconds=time.perf_counter() - start,
-        passes=passes,
+        passes=run.passes,
         buckets=buckets,
-        largest_bucket=largest,
+        largest_bucket=run.largest,
         seed=seed if shuffle else None,
     )
 
 
-def _check_positive(**values: float) -> None:
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise ValueError(f"{name} must be a positive number, got {value!r}")
+def _copy_here(
+    sources: Sequence[Source], staging: str, options: dict[str, Any], progress: bool
+) -> Run:
+    """The samples in input order, into one series of shards."""
+    written = Tally()
+    with _Reader(sources, progress, "resharding") as reader:
+        pattern = os.path.join(staging.replace("%", "%%"), "%06d")
+        staged = write_samples(reader, pattern, options, written)
+    return Run(reader.tally, written, staged, passes=1)
+
+
+def _shuffle_here(
+    plan: ShufflePlan,
+    sources: list[Source],
+    staging: str,
+    options: dict[str, Any],
+    progress: bool,
+) -> Run:
+    """The bucket shuffle in this process: pass 1 into one file per bucket, pass 2 bucket
+    after bucket."""
+    written, staged = Tally(), []
+    with (
+        _Reader(sources, progress, "pass 1: buckets") as reader,
+        BucketShuffle(plan.directory, plan.memory, plan.seed, total_size(sources)) as shuffler,
+    ):
+        reader.begin = shuffler.begin
+        for sample in reader:
+            shuffler.add(sample)
+        reader.bar.close()
+        runs = group_buckets(shuffler.drain(), options["maxcount"], options["maxsize"])
+        with byte_bar(progress, "pass 2: shards", total=shuffler.size) as bar:
+            for position, buckets in enumerate(runs):
+                samples = (sample for bucket in buckets for sample in shuffler.samples(bucket))
+                pattern = bucket_pattern(staging, position)
+                staged += write_samples(samples, pattern, options, written, bar)
+    return Run(reader.tally, written, staged, shuffler.passes, shuffler.largest)
+
+
+def _check_options(
+    pattern: str,
+    limits: dict[str, Any],
+    shuffle: bool,
+    engine: str,
+    address: str | None,
+    cpus: int | None,
+) -> None:
+    """Refuse bad arguments before any work."""
+    maxcount, tmpdir = limits["maxcount"], limits["tmpdir"]
+    if isinstance(maxcount, bool) or not isinstance(maxcount, int):
+        raise ValueError(f"maxcount must be an int, got {maxcount!r}")
+    check_positive(maxcount=maxcount, maxsize=limits["maxsize"], memory=limits["memory"])
+    check_pattern(pattern)
+    _check_engine(engine, shuffle, address, cpus)
+    _check_local(pattern, "output pattern")
+    if tmpdir is not None:
+        _check_local(tmpdir, "tmpdir")
+
+
+def _check_engine(engine: str, shuffle: bool, address: str | None, cpus: int | None) -> None:
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "local" and (address is not None or cpus is not None):
+        raise ValueError("address and cpus apply only with engine='ray'")
+    if engine == "ray" and not shuffle:
+        raise ValueError(
+            "engine='ray' runs the shuffle (shuffle=True): an in-order reshard is one stream, "
+            "run it with engine='local'"
+        )
+    if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 1):
+        raise ValueError(f"cpus must be an int >= 1, got {cpus!r}")
+    if address is not None and cpus is not None:
+        raise ValueError("cpus applies only to a Ray started for the run (no address)")
+
+
+def _check_local(path: str, what: str) -> None:
+    """Refuse a URL where reshard writes: it writes local (or shared) directories only."""
+    if local_path(path) != path:
+        raise ValueError(
+            f"the {what} must be a local or shared path, got the URL {path!r} "
+            "(write to a shared directory and copy the shards to the store)"
+        )
+
+
+@contextlib.contextmanager
+def _session(engine: str, address: str | None, cpus: int | None) -> Iterator[Any]:
+    """Nothing for the local engine; for Ray, a connected session (the cluster is reached,
+    or a local Ray started, before any work)."""
+    if engine == "local":
+        yield None
+        return
+    from wdspipes.tools.ray_engine import RaySession
+
+    with RaySession(address, cpus) as session:
+        yield session
 
 
 def _check_no_clash(pattern: str, urls: list[str]) -> None:
@@ -244,16 +360,6 @@ def _check_no_clash(pattern: str, urls: list[str]) -> None:
         path = local_path(url)
         if path is not None and regex.fullmatch(os.path.abspath(path)):
             raise ValueError(f"the output pattern {pattern!r} could overwrite the input {url!r}")
-
-
-def _local_size(url: str) -> int | None:
-    path = local_path(url)
-    if path is None:
-        return None
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return None  # reading it reports the problem, with the URL
 
 
 def _publish(staged: list[str], pattern: str) -> list[str]:
@@ -279,40 +385,7 @@ def _temporary_directory(parent: str) -> Iterator[str]:
         yield directory
 
 
-def _bar(progress: bool, desc: str, total: int | None) -> Any:
-    """A tqdm bar in bytes on standard error; none (a no-op bar) without ``progress``."""
-    return tqdm(
-        desc=desc,
-        total=total,
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1024,
-        file=sys.stderr,
-        disable=None if progress else True,
-        leave=False,
-        dynamic_ncols=True,
-    )
-
-
-@dataclass
-class _Tally:
-    """Samples and payload bytes counted on one side of the copy."""
-
-    samples: int = 0
-    bytes: int = 0
-    last: int = 0  # the payload of the last sample
-
-    def add(self, sample: Sample) -> None:
-        self.last = sum(len(v) for k, v in sample.items() if not k.startswith("__"))
-        self.samples += 1
-        self.bytes += self.last
-
-    def write(self, writer: ShardWriter, sample: Sample) -> None:
-        writer.write(sample)
-        self.add(sample)
-
-
-def _check_counts(read: _Tally, written: _Tally) -> None:
+def _check_counts(read: Tally, written: Tally) -> None:
     if (read.samples, read.bytes) != (written.samples, written.bytes):
         raise RuntimeError(
             f"reshard read {read.samples} samples ({read.bytes} bytes) but wrote "
@@ -321,357 +394,30 @@ def _check_counts(read: _Tally, written: _Tally) -> None:
 
 
 class _Reader:
-    """The input samples without their ``__url__``, counted, with a progress bar in input
-    bytes (payload as it comes, set to the shard sizes at each shard's end)."""
+    """The samples of the sources, counted, with a progress bar in input bytes (payload as
+    it comes, set to the sources' sizes at each one's end). ``begin`` is called with each
+    source's number before its samples."""
 
-    def __init__(
-        self,
-        urls: list[str],
-        sizes: dict[str, int | None],
-        progress: bool,
-        desc: str,
-        ignore_zeros: bool = False,
-    ) -> None:
-        self.urls = urls
-        self.ignore_zeros = ignore_zeros
-        self.sizes = sizes
-        known = [sizes[url] for url in urls]
-        self.total = None if None in known else sum(size or 0 for size in known)
-        self.tally = _Tally()
-        self.bar = _bar(progress, desc, self.total)
+    def __init__(self, sources: Sequence[Source], progress: bool, desc: str) -> None:
+        self.sources = sources
+        self.tally = Tally()
+        self.bar = byte_bar(progress, desc, total_size(sources))
+        self.begin: Callable[[int], None] = lambda index: None
 
     def __iter__(self) -> Iterator[Sample]:
-        url, done = None, 0  # the current shard, the sizes of those finished
-        for sample in WebDataset(self.urls, ignore_zeros=self.ignore_zeros):
-            if sample["__url__"] != url:
-                if url is not None:
-                    done += self.sizes[url] or 0
-                url = sample["__url__"]
-                self._advance(done)
-            del sample["__url__"]
-            self.tally.add(sample)
-            self.bar.update(self.tally.last)
-            yield sample
-        self._advance(self.total or 0)
-
-    def _advance(self, position: int) -> None:
-        if position > self.bar.n:
-            self.bar.update(position - self.bar.n)
+        done = 0  # the sizes of the sources finished
+        for index, source in enumerate(self.sources):
+            self.begin(index)
+            for sample in source.samples():
+                self.tally.add(sample)
+                self.bar.update(self.tally.last)
+                yield sample
+            done += source.size or 0
+            if done > self.bar.n:
+                self.bar.update(done - self.bar.n)
 
     def __enter__(self) -> _Reader:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.bar.close()
-
-
-def bucket_count(size: int | None, memory: float, limit: int = MAX_BUCKETS) -> int:
-    """How many buckets a shuffle of ``size`` bytes needs under a ``memory`` budget: enough
-    for one bucket's expected size to be ``FILL`` of the budget, at most ``limit``; the
-    limit if the size is unknown.
-
-    >>> bucket_count(10**10, 1e9), bucket_count(10**6, 1e9), bucket_count(None, 1e9, 64)
-    (20, 1, 64)
-    """
-    if size is None:
-        return limit
-    return max(1, min(limit, math.ceil(size / (memory * FILL))))
-
-
-def _open_file_limit() -> int:
-    """The most bucket files to keep open: MAX_BUCKETS, or fewer under a low ``ulimit -n``."""
-    try:
-        import resource
-    except ImportError:  # not a Unix
-        return MAX_BUCKETS
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return MAX_BUCKETS
-    return max(2, min(MAX_BUCKETS, soft - 64))
-
-
-@dataclass
-class _Bucket:
-    """A finished bucket file: its path, records and bytes."""
-
-    path: str
-    count: int
-    size: int
-
-    @property
-    def cost(self) -> int:
-        """The memory it takes loaded: its bytes and an 8-byte offset per record."""
-        return self.size + 8 * self.count
-
-
-class _Distributor:
-    """Records appended to ``count`` bucket files, each chosen uniformly at random. A file
-    is created when its first record comes."""
-
-    def __init__(
-        self,
-        directory: str,
-        name: str,
-        count: int,
-        bufsize: int,
-        rng: random.Random,
-        created: set[str],
-    ) -> None:
-        self.created = created  # every file made is added to it
-        self.paths = [os.path.join(directory, f"{name}-{i:04d}") for i in range(count)]
-        self.files: list[IO[bytes] | None] = [None] * count
-        self.counts = [0] * count
-        self.sizes = [0] * count
-        self.bufsize = bufsize
-        self.rng = rng
-
-    def add(self, record: bytes) -> None:
-        index = self.rng.randrange(len(self.files))
-        file = self.files[index]
-        if file is None:
-            file = open(self.paths[index], "wb", buffering=self.bufsize)  # noqa: SIM115
-            self.created.add(self.paths[index])
-            self.files[index] = file  # closed by close()
-        file.write(_PREFIX.pack(len(record)))
-        file.write(record)
-        self.counts[index] += 1
-        self.sizes[index] += _PREFIX.size + len(record)
-
-    def close(self) -> list[_Bucket]:
-        """Close the files; the buckets that got records, in bucket order."""
-        errors = []
-        for index, file in enumerate(self.files):
-            if file is not None:
-                self.files[index] = None
-                try:
-                    file.close()
-                except OSError as exn:  # a full disk shows when the buffer is flushed
-                    errors.append(exn)
-        if errors:
-            raise errors[0]
-        return [
-            _Bucket(path, count, size)
-            for path, count, size in zip(self.paths, self.counts, self.sizes, strict=True)
-            if count
-        ]
-
-
-class BucketShuffle:
-    """Shuffle samples uniformly at random in bounded memory, through bucket files on disk.
-
-    :meth:`add` packs each sample (its key and the bytes of its fields) with msgpack and
-    appends it to one of :attr:`buckets` files chosen uniformly at random (pass 1).
-    Iterating then takes the buckets in random order, loads each into memory, and yields
-    its samples in random order, removing each file once loaded (pass 2). A bucket too big
-    for the budget is first split the same way into smaller ones (a further pass over its
-    bytes). Each bucket gets a uniformly random subset of the samples, and each is put in
-    uniformly random order, so the whole order is a uniformly random permutation.
-
-    Args:
-        directory: an existing directory for the bucket files.
-        memory: the budget in bytes for the samples loaded at once (one bucket).
-        seed: fixes the assignments and orders; None: fresh entropy.
-        expected_size: about how many bytes the samples take, to choose the number of
-            buckets (see :func:`bucket_count`); None: as many as may be open at once.
-
-    Attributes:
-        buckets: the bucket files of pass 1.
-        passes: passes over the data so far: 2, plus one per level of splitting.
-        count: samples added.
-        size: bytes of their fields.
-        largest: the largest bucket loaded so far, in bytes with its record offsets: the
-            memory that the samples took at most.
-
-    Yields:
-        The samples added, each once: dicts with ``__key__`` and the fields' bytes.
-
-    Raises:
-        TypeError: a sample without a string key, or with a field that is not bytes.
-
-    >>> import tempfile
-    >>> with tempfile.TemporaryDirectory() as tmp, BucketShuffle(tmp, 300, seed=1) as shuf:
-    ...     for i in range(8):
-    ...         shuf.add({"__key__": str(i), "__url__": "a.tar", "txt": b"%d" % i})
-    ...     keys = [sample["__key__"] for sample in shuf]
-    >>> sorted(keys) == [str(i) for i in range(8)], keys != sorted(keys), shuf.buckets > 1
-    (True, True, True)
-    """
-
-    def __init__(
-        self,
-        directory: str,
-        memory: float,
-        seed: int | None = None,
-        expected_size: int | None = None,
-    ) -> None:
-        _check_positive(memory=memory)
-        self.directory = directory
-        self.memory = memory
-        material = f"{seed}" if seed is not None else f"{random.SystemRandom().random()}"
-        self.order_rng = random.Random(f"wdspipes.reshard:{material}:order")
-        self.max_open = _open_file_limit()
-        self.buckets = bucket_count(expected_size, memory, self.max_open)
-        self.passes = 2
-        self.largest = 0  # the largest bucket cost loaded so far
-        self.count = 0
-        self.size = 0  # payload bytes
-        self._packer = msgpack.Packer(use_bin_type=True)
-        self._assign_rng = random.Random(f"wdspipes.reshard:{material}:assign")
-        self._files: set[str] = set()  # the bucket files on disk
-        self._buffer = bytearray()  # pass 2 reads each bucket into it
-        self._pass1: _Distributor | None = self._distributor("bucket", self.buckets)
-
-    def _distributor(self, name: str, count: int) -> _Distributor:
-        bufsize = int(min(MAX_BUFFER, max(MIN_BUFFER, self.memory * BUFFER_SHARE / count)))
-        return _Distributor(
-            self.directory, name, count, bufsize, self._assign_rng, created=self._files
-        )
-
-    def add(self, sample: Sample) -> None:
-        """Pack a sample into a random bucket; ``__`` entries other than ``__key__`` are
-        dropped."""
-        if self._pass1 is None:
-            raise RuntimeError("BucketShuffle.add after iteration began")
-        key = sample["__key__"]
-        if not isinstance(key, str):
-            raise TypeError(f"__key__ must be a string, got {type(key).__name__}")
-        record = [key.encode(*_ENCODING)]
-        for name, value in sample.items():
-            if name.startswith("__"):
-                continue
-            if type(value) is not bytes:
-                raise TypeError(
-                    f"sample {key!r}: field {name!r} must be bytes, got {type(value).__name__}"
-                )
-            record += (name.encode(*_ENCODING), value)
-            self.size += len(value)
-        self._pass1.add(self._packer.pack(record))
-        self.count += 1
-
-    def __iter__(self) -> Iterator[Sample]:
-        if self._pass1 is None:
-            raise RuntimeError("a BucketShuffle can be iterated once")
-        buckets = self._pass1.close()
-        loaded = [bucket.size for bucket in buckets if not self._too_big(bucket, 0)]
-        self._buffer = bytearray(max(loaded, default=0))
-        self._pass1 = None
-        yield from self._drain(buckets, depth=0)
-
-    def _drain(self, buckets: list[_Bucket], depth: int) -> Iterator[Sample]:
-        order = list(buckets)
-        self.order_rng.shuffle(order)
-        for bucket in order:
-            if self._too_big(bucket, depth):
-                self.passes = max(self.passes, depth + 3)
-                yield from self._drain(self._split(bucket, depth + 1), depth + 1)
-            else:
-                yield from self._load(bucket)
-
-    def _too_big(self, bucket: _Bucket, depth: int) -> bool:
-        """Whether to split a bucket rather than load it."""
-        return bucket.cost > self.memory * LOAD_LIMIT and bucket.count > 1 and depth < MAX_SPLITS
-
-    def _split(self, bucket: _Bucket, depth: int) -> list[_Bucket]:
-        """Deal a bucket's records out to smaller buckets, as pass 1 did."""
-        count = min(bucket.count, self.max_open, max(2, bucket_count(bucket.cost, self.memory)))
-        name = os.path.basename(bucket.path)
-        parts = self._distributor(name, count)
-        try:
-            with open(bucket.path, "rb", buffering=MAX_BUFFER) as file:
-                for record in _read_records(file, bucket.path):
-                    parts.add(record)
-        finally:
-            buckets = parts.close()
-        self._remove(bucket.path)
-        return buckets
-
-    def _load(self, bucket: _Bucket) -> Iterator[Sample]:
-        self.largest = max(self.largest, bucket.cost)
-        view = self._read(bucket)
-        self._remove(bucket.path)
-        starts = _record_starts(view, bucket.path)
-        if len(starts) != bucket.count:
-            raise WdsError(f"bucket file holds {len(starts)} of {bucket.count} records")
-        self.order_rng.shuffle(starts)
-        for start in starts:
-            (length,) = _PREFIX.unpack_from(view, start)
-            begin = start + _PREFIX.size
-            yield _unpack(view[begin : begin + length])
-
-    def _read(self, bucket: _Bucket) -> memoryview:
-        """A bucket file's bytes, read into one buffer that serves every bucket in turn: a
-        new buffer per bucket would let the allocator keep the old ones (glibc raises its
-        mmap threshold to the size of a freed block), nearly doubling the peak memory."""
-        if len(self._buffer) < bucket.size:
-            self._buffer = bytearray()  # free the old one first
-            self._buffer = bytearray(bucket.size)
-        view = memoryview(self._buffer)[: bucket.size]
-        with open(bucket.path, "rb", buffering=0) as file:
-            got = 0
-            while got < bucket.size and (chunk := file.readinto(view[got:])):
-                got += chunk
-        if got != bucket.size:
-            raise WdsError(f"bucket file holds {got} of {bucket.size} bytes", url=bucket.path)
-        return view
-
-    def _remove(self, path: str) -> None:
-        os.remove(path)
-        self._files.discard(path)
-
-    def close(self) -> None:
-        """Close the bucket files and remove those not consumed."""
-        try:
-            if self._pass1 is not None:
-                pass1, self._pass1 = self._pass1, None
-                pass1.close()
-        finally:
-            for path in sorted(self._files):
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(path)
-            self._files.clear()
-
-    def __enter__(self) -> BucketShuffle:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        try:
-            self.close()
-        except OSError:
-            if exc is None:
-                raise
-
-
-def _unpack(data: memoryview) -> Sample:
-    record = msgpack.unpackb(data)
-    sample: Sample = {"__key__": record[0].decode(*_ENCODING)}
-    for index in range(1, len(record), 2):
-        sample[record[index].decode(*_ENCODING)] = record[index + 1]
-    return sample
-
-
-def _record_starts(blob: memoryview, path: str) -> array[int]:
-    """The offsets of the records in a bucket file's bytes."""
-    starts: array[int] = array("q")
-    position, end = 0, len(blob)
-    while position < end:
-        starts.append(position)
-        (length,) = _PREFIX.unpack_from(blob, position)
-        position += _PREFIX.size + length
-    if position != end:
-        raise WdsError("bucket file ends inside a record", url=path)
-    return starts
-
-
-def _read_records(file: IO[bytes], path: str) -> Iterable[bytes]:
-    """The records of a bucket file, one at a time."""
-    while header := file.read(_PREFIX.size):
-        (length,) = _PREFIX.unpack(header) if len(header) == _PREFIX.size else (-1,)
-        record = file.read(length) if length >= 0 else b""
-        if len(record) != length:
-            raise WdsError("bucket file ends inside a record", url=path)
-        yield record
