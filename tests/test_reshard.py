@@ -350,7 +350,7 @@ def test_a_pattern_that_is_a_url_is_refused(
     inputs: list[str], pattern: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ValueError, match="reshard writes local shards"):
+    with pytest.raises(ValueError, match="must be a local or shared path, got the URL"):
         reshard(inputs, pattern)
     assert os.listdir(tmp_path) == ["in"]  # the inputs: no ./s3:/bucket, no staging
 
