@@ -20,7 +20,7 @@ import wdspipes as wds
 from wdspipes.cli.create import create as create_command
 from wdspipes.cli.reshard import reshard as reshard_command
 from wdspipes.tools.ray_engine import RaySession
-from wdspipes.tools.reshard import reshard
+from wdspipes.tools.reshard import ReshardReport, reshard
 
 on_ray = [pytest.mark.slow, pytest.mark.loaders]  # starts Ray's processes
 
@@ -63,6 +63,11 @@ def files_under(directory: Path) -> list[str]:
     return sorted(str(p.relative_to(directory)) for p in directory.rglob("*"))
 
 
+def written(report: ReshardReport) -> list[str]:
+    """The names a run puts in its output directory: its shards and their index."""
+    return sorted(os.path.basename(p) for p in [*report.shards, report.manifest])
+
+
 OPTION_SETS = {  # 200 samples, 35 kB of fields, 2 kB of tar each
     "one bucket": {"maxcount": 50},
     "many buckets, rolled by count": {"maxcount": 7, "memory": 3_000},
@@ -98,7 +103,8 @@ def test_ray_writes_the_bytes_and_names_of_the_local_engine(
         here.largest_bucket,
         here.samples,
     )
-    assert files_under(tmp_path / "ray") == sorted(os.path.basename(p) for p in there.shards)
+    assert files_under(tmp_path / "ray") == written(there)
+    assert Path(there.manifest).read_bytes() == Path(here.manifest).read_bytes()
     assert sorted(s["__key__"] for s in wds.WebDataset(there.shards)) == sorted(
         s["__key__"] for s in wds.WebDataset(inputs)
     )
@@ -130,7 +136,7 @@ def test_a_bad_shard_stops_the_run_with_the_local_error_line_and_a_rerun_finishe
     assert files_under(out) == ["o-00.tar"] and (out / "o-00.tar").read_bytes() == b"older"
     Path(inputs[4]).write_bytes(good)
     report = reshard(inputs, str(out / "o-%02d.tar"), shuffle=True, seed=1, engine="ray")
-    assert files_under(out) == sorted(os.path.basename(p) for p in report.shards)
+    assert files_under(out) == written(report)
     assert report.samples == 200
 
 

@@ -5,6 +5,7 @@ and the ``wdspipes reshard`` command."""
 from __future__ import annotations
 
 import collections
+import json
 import math
 import os
 import subprocess
@@ -299,7 +300,8 @@ def test_a_killed_run_leaves_nothing_under_the_final_names(
 def test_a_pattern_with_the_number_in_a_directory(inputs: list[str], tmp_path: Path) -> None:
     report = reshard(inputs, str(tmp_path / "out" / "part-%d" / "s.tar"), maxcount=150)
     assert files_under(tmp_path / "out") == [
-        *(name for i in range(3) for name in (f"part-{i}", f"part-{i}/s.tar"))
+        *(name for i in range(3) for name in (f"part-{i}", f"part-{i}/s.tar")),
+        "part.json",  # the index, above the numbered directories
     ]
     assert report.shards == [str(tmp_path / "out" / f"part-{i}" / "s.tar") for i in range(3)]
     assert items(report.shards) == items(inputs)
@@ -326,7 +328,7 @@ def test_temporary_files_go_next_to_the_output_and_are_removed(
     out = tmp_path / "out"
     report = reshard(inputs, str(out / "o-%02d.tar"), maxcount=100, shuffle=True, memory=5_000)
     assert report.buckets > 1
-    assert files_under(out) == [f"o-{i:02d}.tar" for i in range(4)]
+    assert files_under(out) == [*(f"o-{i:02d}.tar" for i in range(4)), "o.json"]
 
 
 @pytest.mark.parametrize(
@@ -371,8 +373,9 @@ def test_command_with_click_runner(inputs: list[str], tmp_path: Path) -> None:
     result = CliRunner().invoke(reshard_command, [*args, "--memory", "10K"])
     assert result.exit_code == 0, result.output
     summary = " ".join(result.output.split())
-    assert summary.startswith("wrote 400 samples") and summary.endswith("seed 4")
-    paths = sorted(str(p) for p in (tmp_path / "out").iterdir())
+    assert summary.startswith("wrote 400 samples") and "seed 4; their index: " in summary
+    assert summary.endswith(os.path.join("out", "o.json"))
+    paths = sorted(str(p) for p in (tmp_path / "out").glob("o-*.tar"))
     assert all(os.path.getsize(path) <= 40 * 1024 for path in paths[:-1])
     assert sorted(items(paths)) == sorted(items(inputs))
     usage = CliRunner().invoke(reshard_command, [*inputs, "-o", pattern, "--seed", "4"])
@@ -403,3 +406,17 @@ def test_command_reports_a_bad_shard_in_one_line(inputs: list[str], tmp_path: Pa
     assert result.stderr.startswith("wdspipes: error: ") and "shard-002.tar" in result.stderr
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert files_under(tmp_path / "out") == []
+
+
+def test_a_run_writes_the_index_of_its_shards(inputs: list[str], tmp_path: Path) -> None:
+    """The index beside the shards (wids' shard index): each shard's name relative to it,
+    its samples and bytes, in order."""
+    report = reshard(inputs, str(tmp_path / "out" / "train-%03d.tar"), maxcount=64, shuffle=True)
+    assert report.manifest == str(tmp_path / "out" / "train.json")
+    index = json.loads(Path(report.manifest).read_text())
+    assert index["__kind__"] == "wids-shard-index-v1" and index["name"] == "train"
+    listed = index["shardlist"]
+    assert [entry["url"] for entry in listed] == [os.path.basename(p) for p in report.shards]
+    assert [entry["nsamples"] for entry in listed] == [len(items([p])) for p in report.shards]
+    assert [entry["filesize"] for entry in listed] == [os.path.getsize(p) for p in report.shards]
+    assert sum(entry["nsamples"] for entry in listed) == report.samples == 400

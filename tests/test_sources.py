@@ -51,8 +51,8 @@ def test_create_writes_shuffled_shards_with_cls_from_a_class_archive(
     result = CliRunner().invoke(create, [*args, "--seed", "3"])
     assert result.exit_code == 0, result.output
     assert result.output.startswith("create: wrote 21 samples")
-    shards = sorted(str(p) for p in (tmp_path / "out").iterdir())
-    assert len(shards) == 5
+    shards = sorted(str(p) for p in (tmp_path / "out").glob("in1k-*.tar"))
+    assert len(shards) == 5 and (tmp_path / "out" / "in1k.json").is_file()
     found = labels(shards)
     assert found == {f"{w}_{n}": b"%d" % CLASSES.index(w) for w in CLASSES for n in range(7)}
     assert list(found) != sorted(found)  # shuffled
@@ -76,7 +76,7 @@ def test_create_writes_a_series_from_a_directory_in_order(tmp_path: Path) -> Non
     result = CliRunner().invoke(create, [pattern, str(root), "--maxcount", "5"])
     assert result.exit_code == 0, result.output
     shards = [pattern % i for i in range(3)]
-    assert sorted(os.listdir(tmp_path / "out")) == ["s-0.tar", "s-1.tar", "s-2.tar"]
+    assert sorted(os.listdir(tmp_path / "out")) == ["s-0.tar", "s-1.tar", "s-2.tar", "s.json"]
     samples = list(wds.WebDataset(shards))
     assert [s["__key__"] for s in samples] == [f"{n:03d}" for n in range(12)]
     assert samples[4]["jpg"] == b"j4" and samples[4]["cls"] == b"1"

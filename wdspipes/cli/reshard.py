@@ -206,4 +206,6 @@ def describe(report: ReshardReport) -> str:
             f"bucket{'s' if report.buckets != 1 else ''} (the largest "
             f"{format_size(report.largest_bucket)}), seed {report.seed}"
         )
+    if report.manifest:
+        text += f"; their index: {report.manifest}"
     return text

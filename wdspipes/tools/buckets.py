@@ -54,6 +54,7 @@ __all__ = [
     "ShardSource",
     "ShufflePlan",
     "Source",
+    "Staged",
     "Tally",
     "Written",
     "bucket_count",
@@ -535,11 +536,15 @@ class BucketReader:
         self.created.clear()
 
 
+Staged = tuple[str, int]
+"""A shard written under its temporary name, and the samples it holds."""
+
+
 @dataclass
 class Written:
     """What pass 2 wrote of one bucket: the shards, in order, and what they hold."""
 
-    shards: list[str]
+    shards: list[Staged]
     tally: Tally
     largest: int
     passes: int
@@ -552,7 +557,7 @@ class Run:
 
     read: Tally
     written: Tally
-    staged: list[str]
+    staged: list[Staged]
     passes: int = 1
     largest: int = 0
 
@@ -569,15 +574,16 @@ def write_samples(
     options: dict[str, Any],
     tally: Tally,
     bar: Any = None,
-) -> list[str]:
+) -> list[Staged]:
     """Write samples as raw bytes into shards named by ``pattern`` (``ShardWriter``
-    ``options``), counting them in ``tally`` and on the progress ``bar``; the shards."""
+    ``options``), counting them in ``tally`` and on the progress ``bar``; the shards, each
+    with its number of samples."""
     with ShardWriter(pattern, encoder=False, **options) as writer:
         for sample in samples:
             tally.write(writer, sample)
             if bar is not None:
                 bar.update(tally.last)
-    return writer.shards
+    return list(zip(writer.shards, writer.counts, strict=True))
 
 
 def group_buckets(order: list[Bucket], maxcount: int, maxsize: float) -> list[list[Bucket]]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import random
 import re
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wdspipes.core.datapipe import Sample
+from wdspipes.io.atomic import AtomicFile
 from wdspipes.io.local import local_path
 from wdspipes.read.specs import ShardSpec, expand_urls
 from wdspipes.tools.buckets import (
@@ -46,6 +48,7 @@ from wdspipes.tools.buckets import (
     ShardSource,
     ShufflePlan,
     Source,
+    Staged,
     Tally,
     bucket_count,
     bucket_pattern,
@@ -63,8 +66,10 @@ __all__ = [
     "BucketShuffle",
     "ReshardReport",
     "bucket_count",
+    "manifest_path",
     "reshard",
     "reshard_sources",
+    "write_manifest",
 ]
 
 ENGINES = ("local", "ray")
@@ -81,6 +86,7 @@ class ReshardReport:
         samples: samples written (as many as were read).
         bytes: bytes of their fields (the payload, without tar headers).
         shards: the paths of the shards written, in order.
+        manifest: the path of the shard index written beside them (see :func:`manifest_path`).
         output_bytes: the size of those shards on disk.
         input_bytes: the size of the input shards, if all are local files.
         seconds: wall time.
@@ -102,6 +108,7 @@ class ReshardReport:
     buckets: int
     largest_bucket: int
     seed: int | None
+    manifest: str = ""
 
     @property
     def mb_per_second(self) -> float:
@@ -239,6 +246,7 @@ def reshard_sources(
             run = _copy_here(sources, staging, options, progress)
         _check_counts(run.read, run.written)
         shards = _publish(run.staged, pattern)
+        manifest = write_manifest(pattern, shards, [count for _, count in run.staged])
     return ReshardReport(
         samples=run.written.samples,
         bytes=run.written.bytes,
@@ -250,6 +258,7 @@ def reshard_sources(
         buckets=buckets,
         largest_bucket=run.largest,
         seed=seed if shuffle else None,
+        manifest=manifest,
     )
 
 
@@ -362,7 +371,7 @@ def _check_no_clash(pattern: str, urls: list[str]) -> None:
             raise ValueError(f"the output pattern {pattern!r} could overwrite the input {url!r}")
 
 
-def _publish(staged: list[str], pattern: str) -> list[str]:
+def _publish(staged: list[Staged], pattern: str) -> list[str]:
     """Move the staged shards to their final names, in order: the last step of a run that
     succeeded. The directories are made and the names checked first, so that no rename is
     expected to fail once one has been made. A file under a final name is replaced."""
@@ -373,9 +382,56 @@ def _publish(staged: list[str], pattern: str) -> list[str]:
             os.makedirs(directory, exist_ok=True)
         if os.path.isdir(final):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), final)
-    for source, final in zip(staged, finals, strict=True):
+    for (source, _), final in zip(staged, finals, strict=True):
         os.replace(source, final)
     return finals
+
+
+def manifest_path(pattern: str) -> str:
+    """Where the shard index of a run with the output ``pattern`` goes: beside the shards
+    (above the directories the shard number names, if any), named by what comes before the
+    number (``shards`` if nothing does).
+
+    >>> manifest_path("out/train-%06d.tar"), manifest_path("/data/%05d.tar.gz")
+    ('out/train.json', '/data/shards.json')
+    >>> manifest_path("out/part-%d/x.tar"), manifest_path("out/100%%-%d.tar")
+    ('out/part.json', 'out/100%.json')
+    """
+    number = next(m for m in _CONVERSION.finditer(pattern) if m.group() != "%%")
+    head = pattern[: number.start()].replace("%%", "%")
+    directory, name = os.path.split(head)
+    return os.path.join(directory, (name.rstrip("-_. ") or "shards") + ".json")
+
+
+def write_manifest(pattern: str, shards: list[str], counts: list[int]) -> str:
+    """Write the index of the ``shards`` of a run (each holding ``counts`` samples) at
+    :func:`manifest_path`, under a temporary name renamed when complete; its path.
+
+    The index is wids' shard index (``"__kind__": "wids-shard-index-v1"``), which webdataset's
+    indexed datasets read: each shard's name relative to the index, its samples and bytes."""
+    path = manifest_path(pattern)
+    directory = os.path.dirname(path)
+    index = {
+        "__kind__": "wids-shard-index-v1",
+        "wids_version": 1,
+        "name": os.path.splitext(os.path.basename(path))[0],
+        "shardlist": [
+            {
+                "url": os.path.relpath(shard, directory or "."),
+                "nsamples": count,
+                "filesize": os.path.getsize(shard),
+            }
+            for shard, count in zip(shards, counts, strict=True)
+        ],
+    }
+    atomic = AtomicFile(path)
+    try:
+        atomic.file.write((json.dumps(index, indent=2) + "\n").encode())
+    except BaseException:
+        atomic.abort()
+        raise
+    atomic.commit()
+    return path
 
 
 @contextlib.contextmanager

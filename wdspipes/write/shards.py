@@ -66,6 +66,7 @@ class ShardWriter:
 
     Attributes:
         shards: the URLs of the finished shards, in order, as the pattern gives them.
+        counts: the samples in each of ``shards``.
         count: samples written in all.
 
     Raises:
@@ -114,6 +115,7 @@ class ShardWriter:
         self._file: ByteSink | None = None
         self._closed = False
         self.shards: list[str] = []
+        self.counts: list[int] = []
         self.count = 0
 
     def write(self, sample: Mapping[str, Any]) -> None:
@@ -153,7 +155,7 @@ class ShardWriter:
         """Complete the current shard (synced and renamed to its final name, uploaded, ...),
         call ``post``."""
         assert self._writer is not None and self._file is not None  # by the callers
-        final = self._file.url
+        final, count = self._file.url, self._writer.count
         try:
             self._writer.close()
             self._file.close()
@@ -162,6 +164,7 @@ class ShardWriter:
             raise
         self._writer = self._file = None
         self.shards.append(final)
+        self.counts.append(count)
         if self.post is not None:
             self.post(final)
 
