@@ -34,6 +34,7 @@ from wdspipes.errors import (
     ResumeError,
     SampleError,
     ShardError,
+    ShardItemError,
     ShardOpenError,
     StreamFormatError,
     TarFormatError,
@@ -45,7 +46,7 @@ from wdspipes.errors import (
     warn_and_continue,
     warn_and_stop,
 )
-from wdspipes.io import ShardOpener, ShardStream, open_url, url_opener
+from wdspipes.io import ShardOpener, ShardStream, open_url, shard_url, url_opener
 from wdspipes.pipeline import DataPipeline, IteratorStage, WebDataset, tarfile_to_samples
 from wdspipes.read.grouping import SampleGrouper, group_by_keys
 from wdspipes.read.shards import (
@@ -139,6 +140,7 @@ __all__ = [
     "SampleMapper",
     "SampleSelector",
     "ShardError",
+    "ShardItemError",
     "ShardList",
     "ShardLister",
     "ShardOpenError",
@@ -183,6 +185,7 @@ __all__ = [
     "repeat",
     "reraise_exception",
     "select",
+    "shard_url",
     "shuffle",
     "slice",
     "split_by_node",

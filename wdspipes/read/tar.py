@@ -57,7 +57,7 @@ from wdspipes.errors import (
     reraise_exception,
 )
 from wdspipes.io.local import BUFFER_SIZE
-from wdspipes.io.opener import ByteStream, ShardStream, discard
+from wdspipes.io.opener import ByteStream, OpenedShard, discard
 from wdspipes.read.compression import CorruptDataError, Inflated, detect_compression, inflate
 from wdspipes.read.positions import ShardCursor, read_shards
 
@@ -618,8 +618,10 @@ class TarLoader(StageDataPipe[TarMember]):
     the shard cache (see :mod:`wdspipes.io.cache`).
 
     Args:
-        source_datapipe: yields :class:`~wdspipes.io.ShardStream` ``(url, stream)`` pairs,
-            as ``open_shards`` does.
+        source_datapipe: yields opened shards as ``open_shards`` does:
+            :class:`~wdspipes.io.ShardStream` ``(url, stream)`` pairs, or dicts with ``"url"``
+            and ``"stream"`` as webdataset's ``url_opener`` yields (their other keys go to
+            ``group_samples``' samples: see :mod:`wdspipes.io.items`).
         handler: what to do when a shard is bad; continuing moves on to the next shard
             (the members before the damage have been yielded already; ``group_samples``
             drops the sample it was assembling from them, which may lack members).
@@ -651,7 +653,7 @@ class TarLoader(StageDataPipe[TarMember]):
 
     def __init__(
         self,
-        source_datapipe: IterDataPipe[ShardStream],
+        source_datapipe: IterDataPipe[OpenedShard],
         handler: Handler = reraise_exception,
         *,
         ignore_zeros: bool = False,
