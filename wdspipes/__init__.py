@@ -95,6 +95,7 @@ from wdspipes.samples.fields import (
     slice,
     to_tuple,
 )
+from wdspipes.samples.mix import Interleaver, RandomInterleaver, RandomMix, RoundRobin
 from wdspipes.samples.shuffle import BufferShuffler, shuffle
 from wdspipes.write import SampleEncoder, ShardWriter, TarWriter, encode_value
 from wdspipes.write.streams import CborWriter, MsgpackWriter
@@ -122,6 +123,7 @@ __all__ = [
     "EpochRepeater",
     "FieldMapper",
     "ImageDecoder",
+    "Interleaver",
     "ItemSlicer",
     "IteratorStage",
     "LengthSetter",
@@ -129,10 +131,13 @@ __all__ = [
     "MsgpackLoader",
     "MsgpackWriter",
     "NoEndMarkerWarning",
+    "RandomInterleaver",
+    "RandomMix",
     "RandomResizedCrop",
     "Renamer",
     "ResampledShards",
     "ResumeError",
+    "RoundRobin",
     "SampleDecoder",
     "SampleEncoder",
     "SampleError",
