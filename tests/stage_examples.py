@@ -118,4 +118,10 @@ EXAMPLES: dict[str, Callable[[list[str]], IterDataPipe[Any]]] = {
     "with_epoch": lambda urls: samples(urls).buffer_shuffle(5).with_epoch(30),
     "with_length": lambda urls: samples(urls).with_length(12),
     "repeat_epochs": lambda urls: samples(urls).buffer_shuffle(5).repeat_epochs(2),
+    "interleave": lambda urls: samples(urls[:1]).interleave(
+        samples(urls[1:]).buffer_shuffle(4), longest=True
+    ),
+    "interleave_randomly": lambda urls: samples(urls[:2]).interleave_randomly(
+        samples(urls[2:]).buffer_shuffle(4), probs=[1, 2], longest=True
+    ),
 }

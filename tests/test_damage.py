@@ -198,7 +198,7 @@ def test_a_shard_without_the_marker_gives_all_its_samples_with_one_warning(
     with pytest.warns(wds.NoEndMarkerWarning) as caught:
         samples = read([shard], wds.reraise_exception)
     closed = read([write(tmp_path, "closed.tar", GOOD)], wds.reraise_exception)
-    assert [{**s, "__url__": shard} for s in closed] == samples
+    assert [{**s, "__url__": shard, "__local_path__": shard} for s in closed] == samples
     assert len(caught) == 1
     assert shard in str(caught[0].message) and "samples were read" in str(caught[0].message)
 

@@ -411,6 +411,8 @@ def test_default_decoders_match_webdataset(decoder_shards: Shards) -> None:
 @pytest.mark.parametrize("spec", ["torchrgb", "pilrgba", "l8"])
 def test_functional_webdataset_form_matches_webdataset(decoder_shards: Shards, spec: str) -> None:
     ours = list(wds.WebDataset(decoder_shards.paths).decode(spec))
+    # webdataset's tarfile_to_samples, the reference, gives no __local_path__ (its WebDataset does)
+    assert {sample.pop("__local_path__") for sample in ours} == set(decoder_shards.paths)
     assert assert_samples_same(ours, run_reference(decoder_shards.paths, spec)) > len(IMAGE_FIELDS)
     assert_image_kind(ours[0]["upper.jpg"], spec, "upper.JPG")
     assert_image_kind(ours[0]["jpeg"], spec, "JPEG")

@@ -289,7 +289,8 @@ def local_samples(paths: list[Path]) -> list[Sample]:
 
 
 def without_url(sample: Sample) -> Sample:
-    return {key: value for key, value in sample.items() if key != "__url__"}
+    """The sample without where it was read from (local shards' samples carry their path)."""
+    return {key: value for key, value in sample.items() if key not in ("__url__", "__local_path__")}
 
 
 def read_samples(urls: str | list[str]) -> list[Sample]:

@@ -240,6 +240,64 @@ def test_a_for_loop_resumes_from_the_pipeline_state(epoch_shards: Shards) -> Non
         assert first + [key for key, _ in again] == expected
 
 
+def dict_items(paths: list[str], tag: str = "train") -> list[dict[str, Any]]:
+    """webdataset's shard items, each with a field its samples carry."""
+    return [{"url": path, "split": tag, "shard": index} for index, path in enumerate(paths)]
+
+
+def from_dict_items(items: list[dict[str, Any]]) -> IterDataPipe[Any]:
+    return (
+        wds.WebDataset(items, shardshuffle=True, seed=3)
+        .buffer_shuffle(300, initial=100, seed=4)
+        .to_tuple("__key__", "__split__", "__shard__")
+    )
+
+
+def test_dict_shard_items_resume_with_their_fields(epoch_shards: Shards) -> None:
+    """The state keeps a checksum of the URLs alone, and samples read again from the shuffle
+    buffer's places carry their shard item's fields, as those read on do."""
+    items = dict_items(epoch_shards.paths)
+    expected = list(from_dict_items(items))
+    assert {(key[:2], shard) for key, _, shard in expected} == {
+        (f"{shard:02d}", shard) for shard in range(SHARDS)
+    }
+    for stop in (1, 150, 500, EPOCH - 1):
+        pipe = from_dict_items(items)
+        taken = iter(pipe)
+        first = [next(taken) for _ in range(stop)]
+        state = pickle.loads(pickle.dumps(pipe.state_dict()))
+        again = from_dict_items(dict_items(epoch_shards.paths))
+        again.load_state_dict(state)
+        assert first + list(again) == expected, f"after {stop} items"
+
+
+def test_dict_shard_items_and_urls_resume_each_other(epoch_shards: Shards) -> None:
+    """The checksum is over the URL: a state saved over dict items loads where the same shards
+    are given as strings (and the fields are the new items'), and a changed URL is refused."""
+    pipe = from_dict_items(dict_items(epoch_shards.paths))
+    taken = iter(pipe)
+    first = [next(taken)[0] for _ in range(200)]
+    state = pipe.state_dict()
+
+    def plain(items: list[Any]) -> IterDataPipe[Any]:
+        return (
+            wds.WebDataset(items, shardshuffle=True, seed=3)
+            .buffer_shuffle(300, initial=100, seed=4)
+            .to_tuple("__key__", "cls", "bin")
+        )
+
+    strings = plain(epoch_shards.paths)
+    strings.load_state_dict(state)
+    keys = [key for key, _, _ in strings]
+    assert first + keys == [key for key, _, _ in from_dict_items(dict_items(epoch_shards.paths))]
+    moved = plain(
+        [{"url": f"{os.path.dirname(p)}/./{os.path.basename(p)}"} for p in epoch_shards.paths]
+    )
+    moved.load_state_dict(state)
+    with pytest.raises(ResumeError, match="the shards differ"):
+        list(moved)
+
+
 def test_the_state_is_positions_not_sample_bytes(epoch_shards: Shards) -> None:
     pipe = webdataset(epoch_shards.spec)
     items = iter(pipe)

@@ -30,7 +30,7 @@ import wdspipes as wds
 from wdspipes.core.datapipe import StageDataPipe
 from wdspipes.core.resumable import stage_name
 from wdspipes.core.resume import chain_of
-from wdspipes.core.torch_stages import TORCH_STAGES
+from wdspipes.core.torch_stages import TORCH_STAGES, part_of
 from wdspipes.errors import ResumeError
 
 REFUSED = {"list_shards", "resample_shards", "open_shards", "load_tar"}
@@ -167,12 +167,18 @@ def test_the_lists_of_refusing_stages_name_registered_stages() -> None:
 
 
 def torch_chain(sink: IterDataPipe[Any]) -> list[Any]:
-    """The chain of stages as torch's graph walk finds it (by pickling the stages)."""
+    """The chain of stages as torch's graph walk finds it (by pickling the stages), up to a
+    stage that holds its sources' states (a mixer), which names the same sources."""
     chain = []
     graph = traverse_dps(sink)
     while graph:
         ((pipe, graph),) = graph.values()
         chain.append(pipe)
+        if part_of(pipe).holds_sources:
+            assert {id(source) for source, _ in graph.values()} == {
+                id(source) for source in part_of(pipe).upstream()
+            }
+            break
     return chain[::-1]
 
 

@@ -128,7 +128,10 @@ def s3(store: Store) -> Iterator[Store]:
 
 def contents(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Samples without their URL."""
-    return [{k: v for k, v in sample.items() if k != "__url__"} for sample in samples]
+    return [
+        {k: v for k, v in sample.items() if k not in ("__url__", "__local_path__")}
+        for sample in samples
+    ]
 
 
 def test_s3_urls_through_the_endpoint_in_the_environment(

@@ -22,6 +22,7 @@ from wdspipes.errors import (
     ResumeError,
     SampleError,
     ShardError,
+    ShardItemError,
     ShardOpenError,
     ShardWriteError,
     StreamFormatError,
@@ -35,7 +36,8 @@ from wdspipes.errors import (
     warn_and_continue,
     warn_and_stop,
 )
-from wdspipes.io import ShardOpener, ShardStream, open_url, url_opener
+from wdspipes.io import ShardStream, open_url, shard_url
+from wdspipes.io.opener import ShardOpener, url_opener
 from wdspipes.pipeline import (
     DataPipeline,
     IterableSource,
@@ -92,6 +94,7 @@ from wdspipes.samples.fields import (
     slice,
     to_tuple,
 )
+from wdspipes.samples.mix import Interleaver, RandomInterleaver, RandomMix, RoundRobin
 from wdspipes.samples.shuffle import BufferShuffler, shuffle
 from wdspipes.write import SampleEncoder, ShardWriter, TarWriter, encode_value
 from wdspipes.write.streams import CborWriter, MsgpackWriter
@@ -117,6 +120,7 @@ __all__ = [
     "EpochRepeater",
     "FieldMapper",
     "ImageDecoder",
+    "Interleaver",
     "ItemSlicer",
     "IterableSource",
     "IteratorStage",
@@ -125,10 +129,13 @@ __all__ = [
     "MsgpackLoader",
     "MsgpackWriter",
     "NoEndMarkerWarning",
+    "RandomInterleaver",
+    "RandomMix",
     "RandomResizedCrop",
     "Renamer",
     "ResampledShards",
     "ResumeError",
+    "RoundRobin",
     "SampleDecoder",
     "SampleEncoder",
     "SampleError",
@@ -136,6 +143,7 @@ __all__ = [
     "SampleMapper",
     "SampleSelector",
     "ShardError",
+    "ShardItemError",
     "ShardList",
     "ShardLister",
     "ShardOpenError",
@@ -183,6 +191,7 @@ __all__ = [
     "repeat",
     "reraise_exception",
     "select",
+    "shard_url",
     "shuffle",
     "slice",
     "split_by_node",

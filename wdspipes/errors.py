@@ -47,6 +47,7 @@ __all__ = [
     "ResumeError",
     "SampleError",
     "ShardError",
+    "ShardItemError",
     "ShardOpenError",
     "ShardWriteError",
     "StreamFormatError",
@@ -149,6 +150,12 @@ class ShardOpenError(ShardError, OSError):
     An ``OSError``, as webdataset's failures to open were: for a missing file also a
     ``FileNotFoundError`` (and so on, by the cause), for an unknown scheme also a
     ``ValueError``."""
+
+
+class ShardItemError(ShardError, AssertionError):
+    """A shard list gave an item that names no shard: neither a URL string nor a dict with a
+    string under ``"url"`` (webdataset's shard items), or a dict whose other keys cannot be
+    carried into samples. An ``AssertionError``, as webdataset's ``url_opener`` asserted."""
 
 
 class CommandError(ShardError, OSError):

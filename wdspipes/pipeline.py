@@ -8,7 +8,7 @@ result runs under DataLoader2 (any reading service), plain DataLoader, or a ``fo
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, cast
 
 from torch.utils.data import DataLoader, IterableDataset, IterDataPipe
@@ -17,7 +17,7 @@ from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 from wdspipes.core.curried import Stage, is_stage_factory, stage_factory
 from wdspipes.core.datapipe import StageDataPipe
 from wdspipes.errors import Handler, ResumeError, reraise_exception
-from wdspipes.io import ShardOpener
+from wdspipes.io import ShardItem, ShardOpener
 from wdspipes.io.cache import DEFAULT_CACHE_SIZE, CacheDir, StorageOptions, opener_options
 from wdspipes.read.grouping import SampleGrouper
 from wdspipes.read.shards import ShardList, ShardResampler, ShardSplit
@@ -303,7 +303,7 @@ def _apply(stage: Any, pipe: IterDataPipe[Any], position: int) -> IterDataPipe[A
 
 
 def _tarfile_to_samples(
-    source: IterDataPipe[str],
+    source: IterDataPipe[ShardItem],
     handler: Handler,
     ignore_zeros: bool = False,
     strict_end: bool = False,
@@ -344,7 +344,7 @@ def tarfile_to_samples(
 
 
 def WebDataset(
-    urls: ShardSpec,
+    urls: ShardSpec | Sequence[ShardItem],
     shardshuffle: bool | int = False,
     resampled: bool = False,
     handler: Handler = reraise_exception,
@@ -364,7 +364,9 @@ def WebDataset(
     every sample is read exactly once per epoch (resampled: each drawn shard once).
 
     Args:
-        urls: a shard spec (see :func:`~wdspipes.read.shards.expand_urls`).
+        urls: a shard spec (see :func:`~wdspipes.read.shards.expand_urls`), or a list of
+            shard items (URLs, and dicts with a ``"url"`` as webdataset's shard lists yield,
+            whose other keys the samples carry: see :mod:`wdspipes.io.items`).
         shardshuffle: shuffle the shard order each epoch: True for a full shuffle, an int for
             a shuffle buffer of that many shards, False (or 0) for none.
         resampled: draw shards with replacement instead, ``nshards`` per epoch (without end
@@ -375,7 +377,9 @@ def WebDataset(
         cache_dir: cache remote shards (``pipe:`` URLs included; not local files) in this
             directory: each is fetched once, as it is first read, and read from the cache
             afterwards, by every worker and process. Samples then carry ``__local_path__``
-            (the cached file, or a local shard's path). See :mod:`wdspipes.io.cache`.
+            (the cached file); samples of local shards carry their path as
+            ``__local_path__`` with or without it, as in webdataset's ``WebDataset``. See
+            :mod:`wdspipes.io.cache`.
         cache_size: the most bytes the cache keeps, least recently used shards removed
             first (default 10 GB; None for no bound).
         storage_options: options of a remote store (credentials, ...), passed to
@@ -402,7 +406,7 @@ def WebDataset(
     """
     if nshards is not None and not resampled:
         raise ValueError("nshards applies only with resampled=True")
-    shards: IterDataPipe[str] = ShardList(urls)
+    shards: IterDataPipe[ShardItem] = ShardList(urls)
     if resampled:
         if shardshuffle:
             warnings.warn(
@@ -415,6 +419,7 @@ def WebDataset(
         bufsize = len(shards) if shardshuffle is True else int(shardshuffle)
         shards = BufferShuffler(shards, bufsize=bufsize, initial=bufsize, seed=seed)
     options = opener_options(cache_dir, cache_size, storage_options)
+    options["local_path"] = True  # as webdataset's WebDataset, which tarfile_to_samples is not
     return _tarfile_to_samples(
         ShardingFilterIterDataPipe(shards),
         handler,

@@ -122,6 +122,12 @@ class Resumable:
     restored, has its source run again from the start of the epoch and skips to that place.
     A pipeline that resumes has exactly one."""
 
+    holds_sources: ClassVar[bool] = False
+    """Declares that the stage reads several pipelines, each with its own reader, and that its
+    part holds their whole states (as ``interleave`` and ``interleave_randomly`` do, through
+    :func:`wdspipes.core.resume.pipeline_state`): the walker stops at it, and it and the stages
+    after it resume, as a reader and the stages after it do."""
+
     def stage_label(self) -> str:
         """The name that errors give the stage (see :func:`stage_name`)."""
         return stage_name(self)

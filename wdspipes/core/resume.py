@@ -80,13 +80,16 @@ the seed of a torch ``shuffle`` in the part of ``open_shards``; format 2 in its 
 
 def chain_of(sink: IterDataPipe[Any]) -> list[IterDataPipe[Any]]:
     """The stages from the source to ``sink``, which must form a single chain, each reached
-    through the one after it (:meth:`~wdspipes.core.resumable.Resumable.upstream`).
+    through the one after it (:meth:`~wdspipes.core.resumable.Resumable.upstream`), up to a
+    stage whose part holds its sources' states
+    (:attr:`~wdspipes.core.resumable.Resumable.holds_sources`), where the chain begins.
 
     Raises:
-        ResumeError: a stage reads more than one DataPipe.
+        ResumeError: a stage reads more than one DataPipe, and does not hold their states.
     """
     chain = [sink]
-    sources = part_of(sink).upstream()
+    part = part_of(sink)
+    sources = () if part.holds_sources else part.upstream()
     while sources:
         if len(sources) > 1:
             raise ResumeError(
@@ -94,14 +97,18 @@ def chain_of(sink: IterDataPipe[Any]) -> list[IterDataPipe[Any]]:
                 "resumes pipelines that are a single chain of stages"
             )
         chain.append(sources[0])
-        sources = part_of(sources[0]).upstream()
+        part = part_of(sources[0])
+        sources = () if part.holds_sources else part.upstream()
     chain.reverse()
     return chain
 
 
 def _reader_index(parts: list[Resumable]) -> int:
-    """The position of the one reader among the stages; ResumeError if there is not one."""
-    readers = [index for index, part in enumerate(parts) if part.replays_source]
+    """The position of the one reader among the stages (or of the stage that holds its
+    sources' states, where the chain begins); ResumeError if there is not one."""
+    readers = [
+        index for index, part in enumerate(parts) if part.replays_source or part.holds_sources
+    ]
     if len(readers) == 1:
         return readers[0]
     known = ", ".join(reader_names())

@@ -63,6 +63,7 @@ __all__ = [
     "DEFAULT_CACHE_SIZE",
     "CacheDir",
     "CacheWriter",
+    "Located",
     "ShardCache",
     "StorageOptions",
     "entry_name",
@@ -153,7 +154,7 @@ class ShardCache:
         if local_path(url) is not None:
             stream = open_url(url)
             name = getattr(stream, "name", None)
-            return _Located(stream, name if isinstance(name, str) else None)
+            return Located(stream, name if isinstance(name, str) else None)
         os.makedirs(self.cache_dir, exist_ok=True)
         path = self.path(url)
         cached = _open_entry(path, url)
@@ -165,7 +166,7 @@ class ShardCache:
             log.warning("cannot lock cache entry %s (%s): reading %s uncached", path, exn, url)
             lock = None
         if lock is None:  # another reader is fetching it: read it ourselves, without writing
-            return _Located(open_url(url), path)
+            return Located(open_url(url), path)
         try:
             cached = _open_entry(path, url)  # completed since we looked, or still bad
             if cached is not None:
@@ -212,7 +213,7 @@ class ShardCache:
         return entries, total
 
 
-class _Located:
+class Located:
     """A stream and the local file it comes from (or goes to). Reads go straight to the
     stream's own bound methods: no cost per read."""
 
@@ -355,7 +356,7 @@ def _aux(path: str, kind: str) -> str:
     return os.path.join(directory, f".{name}.{kind}")
 
 
-def _open_entry(path: str, url: str) -> _Located | None:
+def _open_entry(path: str, url: str) -> Located | None:
     """The entry at ``path``, opened and marked as used, if it is complete; else None.
 
     The reader holds a shared lock on the file until it closes it, so that no one evicts
@@ -382,7 +383,7 @@ def _open_entry(path: str, url: str) -> _Located | None:
     except BaseException:
         file.close()
         raise
-    return _Located(file, path)
+    return Located(file, path)
 
 
 def _read_meta(path: str) -> object:

@@ -15,6 +15,7 @@ from wdspipes.core.distributed import check_split, warn_idle_reader
 from wdspipes.errors import (
     Handler,
     ResumeError,
+    ShardItemError,
     ShardOpenError,
     WdsError,
     handle,
@@ -23,20 +24,39 @@ from wdspipes.errors import (
 from wdspipes.io.cache import (
     DEFAULT_CACHE_SIZE,
     CacheDir,
+    Located,
     ShardCache,
     StorageOptions,
     opener_options,
 )
+from wdspipes.io.items import ShardItem, shard_url
+from wdspipes.io.local import local_path
 from wdspipes.io.urls import ByteStream, ShardStream, close_quietly, open_url
 
-__all__ = ["ShardOpener", "url_opener"]
+__all__ = ["OpenedShard", "ShardOpener", "opened", "url_opener"]
 
 log = logging.getLogger(__name__)
 
 
+OpenedShard = ShardStream | dict[str, Any]
+"""What the opener yields: a :class:`ShardStream` for a URL string; for a dict item
+(webdataset's ``{"url": ...}``), a copy of the dict with the stream under ``"stream"``, as
+webdataset's ``url_opener`` yields it. The readers take both."""
+
+
+def opened(item: ShardItem, stream: ByteStream) -> OpenedShard:
+    """Shard item ``item`` with its opened ``stream``, in the item's form (see
+    :data:`OpenedShard`)."""
+    return ShardStream(item, stream) if isinstance(item, str) else {**item, "stream": stream}
+
+
 @functional_stage("open_shards")
-class ShardOpener(StageDataPipe[ShardStream]):
-    """Open each shard URL of the source (functional name: ``open_shards``).
+class ShardOpener(StageDataPipe[OpenedShard]):
+    """Open each shard of the source (functional name: ``open_shards``).
+
+    The source yields shard items: URL strings, or dicts with the URL under ``"url"`` as
+    webdataset's shard lists yield them (see :mod:`wdspipes.io.items`). An item that is
+    neither is a :class:`~wdspipes.errors.ShardItemError` through ``handler``.
 
     At most one stream is open at a time: the one yielded last is closed when the next is
     requested, and when iteration ends or is abandoned. Readers downstream may close it sooner.
@@ -51,54 +71,65 @@ class ShardOpener(StageDataPipe[ShardStream]):
     in any process, open the cached copy. At most ``cache_size`` bytes are kept, the least
     recently used shards removed first. Streams then carry ``local_path``: the cache file, or a
     local shard's own path (samples get it as ``__local_path__``). See
-    :mod:`wdspipes.io.cache`.
+    :mod:`wdspipes.io.cache`. With ``local_path=True`` and no cache, local shards' streams
+    carry their path too (``WebDataset`` asks for it, as webdataset's ``WebDataset`` sets
+    ``__local_path__`` on samples of local files).
 
     Args:
-        source_datapipe: yields shard URLs.
+        source_datapipe: yields shard items: URLs, or dicts with a ``"url"``.
         handler: what to do when a shard cannot be opened (see :mod:`wdspipes.errors`).
         cache_dir: cache remote shards in this directory (created if needed); None for no cache.
         cache_size: with ``cache_dir``, the most bytes the cache keeps (None: no bound).
         storage_options: passed to ``open_url(url, storage_options=...)`` for every shard
             (options of a remote store, such as credentials); None passes nothing.
+        local_path: without ``cache_dir``, give the streams of local shards (paths and
+            ``file:`` URLs) their file's path as ``local_path``.
 
     Yields:
-        A :class:`ShardStream` ``(url, stream)`` per shard.
+        A :class:`ShardStream` ``(url, stream)`` per URL string; per dict item, a copy of the
+        dict with the stream under ``"stream"`` (see :data:`OpenedShard`).
 
     Raises:
         ShardOpenError: through ``handler``, for a shard that cannot be opened.
+        ShardItemError: through ``handler``, for an item that names no shard.
         ShardSplitError: some rank gets no shard.
         OSError: the cache directory cannot be made.
 
     >>> from wdspipes.read.shards import ShardList
-    >>> shards = ShardList(["pipe:printf hello"]).open_shards()
-    >>> [(url, stream.read()) for url, stream in shards]
+    >>> [(url, stream.read()) for url, stream in ShardList(["pipe:printf hello"]).open_shards()]
     [('pipe:printf hello', b'hello')]
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> items = IterableWrapper([{"url": "pipe:printf hi", "lang": "en"}], deepcopy=False)
+    >>> [(shard["url"], shard["lang"], shard["stream"].read()) for shard in items.open_shards()]
+    [('pipe:printf hi', 'en', b'hi')]
     """
 
     def __init__(
         self,
-        source_datapipe: IterDataPipe[str],
+        source_datapipe: IterDataPipe[ShardItem],
         handler: Handler = reraise_exception,
         *,
         cache_dir: CacheDir | None = None,
         cache_size: int | None = DEFAULT_CACHE_SIZE,
         storage_options: StorageOptions | None = None,
+        local_path: bool = False,
     ) -> None:
         super().__init__()
         self.source_datapipe = source_datapipe
         self.handler = handler
         self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_size)
         self.storage_options = storage_options
+        self.local_path = local_path
         # Resume bookkeeping (see wdspipes.core.resume): shards taken this epoch and a checksum
-        # of their URLs, what a restored state asks of the next iteration, and the URLs of
+        # of their URLs, what a restored state asks of the next iteration, and the items of
         # shards to read again.
         self.taken = 0
         self.digest = 0
         self._saved: tuple[int, int] | None = None
         self._target: tuple[int | None, set[int]] | None = None
-        self.replay_urls: dict[int, str] = {}
+        self.replay_items: dict[int, ShardItem] = {}
 
-    def __iter__(self) -> Iterator[ShardStream]:
+    def __iter__(self) -> Iterator[OpenedShard]:
         expected = check_split(self)
         received = 0
         if self.cache is not None:
@@ -106,27 +137,32 @@ class ShardOpener(StageDataPipe[ShardStream]):
         target, self._target = self._target, None
         saved, self._saved = self._saved, None
         self.taken = self.digest = 0
-        self.replay_urls = {}
-        for url in self.source_datapipe:
+        self.replay_items = {}
+        for item in self.source_datapipe:
             received += 1
             self.taken += 1
-            self.digest = zlib.crc32(url.encode("utf-8", "surrogatepass"), self.digest)
+            try:
+                url: str | None = shard_url(item)
+            except ShardItemError:
+                url = None  # reported where the shard would have been opened
+            if url is not None:
+                self.digest = zlib.crc32(url.encode("utf-8", "surrogatepass"), self.digest)
             if target is not None:
                 number, wanted = target
                 if self.taken in wanted:
-                    self.replay_urls[self.taken] = url
+                    self.replay_items[self.taken] = item
                 if number is None or self.taken < number:
                     continue
                 self._check_resumed(saved)
                 target = None
             try:
-                stream = self._open(url)
-            except ShardOpenError as exn:
+                stream = self._open(shard_url(item) if url is None else url)
+            except (ShardOpenError, ShardItemError) as exn:
                 if handle(self.handler, exn):
                     continue
                 return
             try:
-                yield ShardStream(url, stream)
+                yield opened(item, stream)
             finally:
                 close_quietly(stream)
         if target is not None:
@@ -145,7 +181,7 @@ class ShardOpener(StageDataPipe[ShardStream]):
 
     def resume_at(self, number: int | None, wanted: set[int]) -> None:
         """Next iteration, skip the shards before number ``number`` (all of them if None),
-        noting the URLs of the numbers in ``wanted`` in :attr:`replay_urls`: the link a
+        noting the items of the numbers in ``wanted`` in :attr:`replay_items`: the link a
         restored reader makes with the opener it reads."""
         self._target = (number, wanted)
 
@@ -153,10 +189,10 @@ class ShardOpener(StageDataPipe[ShardStream]):
         """A loader begins an epoch: a state loaded before is dropped (see wdspipes.core.resume)."""
         self._saved = self._target = None
 
-    def open_again(self, url: str) -> ByteStream:
-        """Open a shard read before, to read some of its samples again."""
+    def open_again(self, item: ShardItem) -> ByteStream:
+        """Open a shard read before (its item), to read some of its samples again."""
         try:
-            return self._open(url)
+            return self._open(shard_url(item))
         except ShardOpenError as exn:
             raise ResumeError(f"cannot open a shard again to resume: {exn}") from exn
 
@@ -173,7 +209,9 @@ class ShardOpener(StageDataPipe[ShardStream]):
 
     def _open(self, url: str) -> ByteStream:
         if self.cache is None:
-            return self._open_url(url)
+            stream = self._open_url(url)
+            path = local_path(url) if self.local_path else None
+            return stream if path is None else Located(stream, path)
         try:
             return self.cache.open(url, self._open_url)
         except WdsError:  # the shard's own failure (an OSError too)

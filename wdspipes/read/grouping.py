@@ -48,13 +48,15 @@ class SampleGrouper(SampleReader):
 
     Yields:
         Dicts with ``__key__``, ``__url__`` and one ``bytes`` value per field, in tar order.
-        Reading ``load_tar`` directly, a shard opened with a local file (``open_shards`` with
-        a ``cache_dir``: the cached copy, or a local shard's path) adds ``__local_path__``
-        after ``__url__``.
+        Reading ``load_tar`` directly, the fields a dict shard item carries (``{"url": ...,
+        "lang": "en"}`` gives ``__lang__``: see :mod:`wdspipes.io.items`) and, for a shard
+        opened with a local file (``open_shards`` with a ``cache_dir`` or ``local_path``),
+        ``__local_path__`` come after ``__url__``.
 
     Raises:
         DuplicateFieldError: through ``handler``, for a field seen twice in one sample
-            (``__key__``, ``__url__`` and ``__local_path__`` included).
+            (``__key__``, ``__url__``, ``__local_path__`` and fields of the shard item
+            included).
 
     >>> from torch.utils.data.datapipes.iter import IterableWrapper
     >>> members = [TarMember("0.jpg", b"J", 0, "s.tar"),
@@ -98,7 +100,7 @@ class SampleGrouper(SampleReader):
         sample: Sample | None = None
         last_url = None
         last_offset = -1
-        local_path = None
+        entries = None
         ref = (0, 0)
         places = self.places
         width = 0  # the entries of the sample yielded last from this shard (0: none yet)
@@ -125,7 +127,7 @@ class SampleGrouper(SampleReader):
                     yield sample
                     sample = None
                 last_url = url
-                local_path = cursor.local_path
+                entries = cursor.entries
             last_offset = offset
             if name.startswith("__") and is_meta(name):
                 continue
@@ -147,10 +149,10 @@ class SampleGrouper(SampleReader):
                     width = len(sample)
                     yield sample
                 ref = (cursor.number, offset)
-                if local_path is None:
+                if entries is None:
                     sample = {"__key__": key, "__url__": url}
                 else:
-                    sample = {"__key__": key, "__url__": url, "__local_path__": local_path}
+                    sample = {"__key__": key, "__url__": url, **entries}
             if field in sample:
                 if self._skip_duplicate(name, key, field, offset, url):
                     continue
@@ -213,9 +215,9 @@ class SampleGrouper(SampleReader):
             )
         return source, opener
 
-    def _collect(self, stream: ByteStream, url: str, offsets: list[int]) -> dict[int, Sample]:
-        cursor = ShardCursor()
-        cursor.local_path = getattr(stream, "local_path", None)
+    def _collect(
+        self, stream: ByteStream, url: str, offsets: list[int], cursor: ShardCursor
+    ) -> dict[int, Sample]:
         options = self._loader()[0].walk_options()
         samples: dict[int, Sample] = {}
         if getattr(stream, "seekable", lambda: False)():

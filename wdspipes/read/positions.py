@@ -19,17 +19,19 @@ from (:meth:`~wdspipes.io.ShardOpener.resume_at`), and keeps a
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Generator, Iterable, Iterator
+import reprlib
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from wdspipes.core.datapipe import Sample, StageDataPipe
 from wdspipes.core.resumable import Place, SamplePlaces
 from wdspipes.core.resume import begin_replay
-from wdspipes.errors import Handler, ResumeError, WdsError, handle
-from wdspipes.io.opener import ShardOpener
-from wdspipes.io.urls import ByteStream, ShardStream, close_quietly, shard_failure
+from wdspipes.errors import Handler, ResumeError, ShardItemError, WdsError, handle
+from wdspipes.io.items import ShardItem, shard_fields, shard_url
+from wdspipes.io.opener import OpenedShard, ShardOpener
+from wdspipes.io.urls import ByteStream, close_quietly, shard_failure
 
-__all__ = ["END", "START", "SampleReader", "ShardCursor", "read_shards"]
+__all__ = ["END", "START", "SampleReader", "ShardCursor", "read_shards", "sample_entries"]
 
 T = TypeVar("T")
 _NONE: Any = object()
@@ -40,7 +42,8 @@ START, END = "start", "end"
 
 class ShardCursor:
     """Which shard a reader is in: its number among the shards this reader opened in this
-    epoch (counted from 1, as ``open_shards`` counts them), and its local file if any.
+    epoch (counted from 1, as ``open_shards`` counts them), its local file if any, and the
+    entries every sample of it gets after ``__url__`` (:func:`sample_entries`), if any.
 
     When the shard fails, the loader notes the member it failed in and where, if known
     (``failed_member``, ``failed_offset``), and the reader the key of the sample it dropped
@@ -50,6 +53,7 @@ class ShardCursor:
 
     __slots__ = (
         "dropped",
+        "entries",
         "failed_member",
         "failed_offset",
         "local_path",
@@ -60,6 +64,7 @@ class ShardCursor:
     def __init__(self) -> None:
         self.number = 0
         self.local_path: str | None = None
+        self.entries: dict[str, Any] | None = None
         self.failed_member: str | None = None
         self.failed_offset: int | None = None
         self.dropped: str | None = None
@@ -70,9 +75,50 @@ class ShardCursor:
         reader judges its last sample (see ``group_samples``) and warns."""
         self.unmarked_end = problem
 
+    def enter(self, stream: ByteStream, fields: dict[str, Any] | None) -> None:
+        """A new shard begins: note its local file and the entries of its samples."""
+        self.local_path = getattr(stream, "local_path", None)
+        self.entries = sample_entries(fields, self.local_path)
+        self.dropped = None
+
+
+def sample_entries(fields: dict[str, Any] | None, local_path: str | None) -> dict[str, Any] | None:
+    """The entries every sample of a shard gets after ``__url__``: the fields its dict item
+    carries (see :mod:`wdspipes.io.items`), then ``__local_path__``, the local file it was
+    read from (the stream's, else the item's ``local_path``); None if there are none.
+
+    >>> sample_entries({"__lang__": "en"}, "/cache/a.tar")
+    {'__lang__': 'en', '__local_path__': '/cache/a.tar'}
+    >>> sample_entries(None, None) is None
+    True
+    """
+    if local_path is not None:
+        return {**(fields or {}), "__local_path__": local_path}
+    return fields or None
+
+
+def _shard_parts(shard: object) -> tuple[str, ByteStream, dict[str, Any] | None]:
+    """The URL, stream and sample fields of an opened shard: a ``(url, stream)`` pair, or a
+    dict with ``"url"`` and ``"stream"`` as webdataset's ``url_opener`` yields (see
+    :data:`~wdspipes.io.opener.OpenedShard`).
+
+    Raises:
+        ShardItemError: it is neither.
+    """
+    if isinstance(shard, tuple) and len(shard) == 2:
+        url, stream = shard
+        return url, stream, None
+    if not isinstance(shard, Mapping) or shard.get("stream") is None:
+        raise ShardItemError(
+            'an opened shard must be a (url, stream) pair or a dict with "url" and '
+            '"stream" (as webdataset\'s url_opener yields), got '
+            f"{type(shard).__name__} {reprlib.repr(shard)}"
+        )
+    return shard_url(shard), shard["stream"], shard_fields(shard)
+
 
 def read_shards(
-    source: Iterable[ShardStream],
+    source: Iterable[OpenedShard],
     read: Callable[[str, ByteStream, int], Iterator[T]],
     handler: Handler,
     cursor: ShardCursor,
@@ -88,13 +134,15 @@ def read_shards(
     :func:`~wdspipes.io.urls.shard_failure`), and the stream is closed whatever happens.
 
     Args:
-        source: yields opened shards, as ``open_shards`` does.
+        source: yields opened shards, as ``open_shards`` does: ``(url, stream)`` pairs, or
+            dicts with ``"url"`` and ``"stream"`` whose other keys every item of the shard
+            carries (a :class:`~wdspipes.errors.ShardItemError` through ``handler`` if neither).
         read: the items of one shard, ``stream`` (named ``url``), from byte ``offset``: 0 but
             in the shard that ``start`` names.
         handler: what to do when a shard fails: continuing goes on with the next shard.
         cursor: set to each shard's number (as ``open_shards`` counts them, if it is the
-            source) and local file before its first item; when a shard fails, the member and
-            offset that its error names are noted there.
+            source), local file and sample entries before its first item; when a shard
+            fails, the member and offset that its error names are noted there.
         start: ``(shard number, byte offset)``: where to go on from when resuming. Only the
             shard with that number begins there: if it cannot be opened any more, the one
             after it begins at its start.
@@ -117,10 +165,15 @@ def read_shards(
     2
     """
     opener = source if isinstance(source, ShardOpener) else None
-    for number, (url, stream) in enumerate(source, start=1):
+    for number, shard in enumerate(source, start=1):
         cursor.number = number if opener is None else opener.taken
-        cursor.local_path = getattr(stream, "local_path", None)
-        cursor.dropped = None
+        try:
+            url, stream, fields = _shard_parts(shard)
+        except ShardItemError as exn:
+            if not handle(handler, exn):
+                return
+            continue
+        cursor.enter(stream, fields)
         offset = start[1] if start is not None and start[0] == cursor.number else 0
         try:
             yield from read(url, stream, offset)
@@ -168,9 +221,11 @@ class SampleReader(StageDataPipe[Sample]):
         """The ``open_shards`` stage this reader reads; ResumeError if it reads another."""
         raise NotImplementedError
 
-    def _collect(self, stream: ByteStream, url: str, offsets: list[int]) -> dict[int, Sample]:
-        """The samples of shard ``url`` (opened as ``stream``) that start at ``offsets``
-        (sorted), by offset."""
+    def _collect(
+        self, stream: ByteStream, url: str, offsets: list[int], cursor: ShardCursor
+    ) -> dict[int, Sample]:
+        """The samples of shard ``url`` (opened as ``stream``, entered in ``cursor``) that
+        start at ``offsets`` (sorted), by offset."""
         raise NotImplementedError
 
     def _find_opener(self) -> ShardOpener | None:
@@ -204,7 +259,7 @@ class SampleReader(StageDataPipe[Sample]):
     ) -> Generator[Sample, None, Iterator[T]]:
         """Yield the samples at ``replay`` (a restored shuffle buffer's) before reading on;
         returns ``items`` to read on from. The first item is taken before: it makes the opener
-        go through the shards to the one to resume at, noting the URLs of those to read again.
+        go through the shards to the one to resume at, noting the items of those to read again.
         Where it is a sample, its place is the last again once the others are yielded."""
         if not replay:
             return items
@@ -224,19 +279,24 @@ class SampleReader(StageDataPipe[Sample]):
         for shard, offset in refs:
             by_shard.setdefault(shard, []).append(offset)
         for shard, offsets in sorted(by_shard.items()):
-            url = opener.replay_urls[shard]
+            item = opener.replay_items[shard]
             offsets.sort()
-            for offset, sample in self._samples_at(opener, url, offsets).items():
+            for offset, sample in self._samples_at(opener, item, offsets).items():
                 found[shard, offset] = sample
         places = self.places
         for ref in refs:
             places.last = ref
             yield found[ref]
 
-    def _samples_at(self, opener: ShardOpener, url: str, offsets: list[int]) -> dict[int, Sample]:
-        stream = opener.open_again(url)
+    def _samples_at(
+        self, opener: ShardOpener, item: ShardItem, offsets: list[int]
+    ) -> dict[int, Sample]:
+        stream = opener.open_again(item)
+        url = shard_url(item)
+        cursor = ShardCursor()
+        cursor.enter(stream, None if isinstance(item, str) else shard_fields(item))
         try:
-            samples = self._collect(stream, url, offsets)
+            samples = self._collect(stream, url, offsets, cursor)
         except Exception as exn:
             raise ResumeError(
                 f"{url}: cannot read again the samples of a saved shuffle buffer: {exn}"

@@ -1,13 +1,18 @@
 """Shard lists: a shard spec's URLs (expanded by :mod:`wdspipes.read.specs`), drawn with
 replacement, split among readers.
 
+The shard lists yield shard items: URL strings. The stages after them (the split, shuffles,
+the resampler, the opener) also take webdataset's dict items, ``{"url": ..., **fields}``, whose
+other keys every sample of the shard carries (see :mod:`wdspipes.io.items`); a list given to
+``ShardList`` may hold them, and ``list_shards`` expands a dict's URL as a spec.
+
 >>> list(ShardList("a-{1..3}.tar"))
 ['a-1.tar', 'a-2.tar', 'a-3.tar']
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from torch.utils.data import IterDataPipe
@@ -16,7 +21,8 @@ from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 from wdspipes.core.datapipe import StageDataPipe, functional_stage
 from wdspipes.core.distributed import sharding_filter_of
 from wdspipes.core.seeds import SeededStage, Seeding
-from wdspipes.read.specs import ShardSpec, expand_urls
+from wdspipes.io.items import ShardItem, shard_url
+from wdspipes.read.specs import ShardSpec, expand_urls, list_item_url
 
 __all__ = [
     "ResampledShards",
@@ -31,24 +37,30 @@ __all__ = [
 ]
 
 
-class ShardList(StageDataPipe[str]):
+class ShardList(StageDataPipe[ShardItem]):
     """The URLs of a shard spec, in order: the source of a pipeline.
 
     Args:
-        urls: a shard spec (see :func:`expand_urls`).
+        urls: a shard spec (see :func:`expand_urls`), or a list of shard items: URLs, and
+            dicts with a ``"url"`` as webdataset's shard lists yield, taken as they are.
 
     Yields:
-        Each URL, once per epoch.
+        Each URL (or item), once per epoch.
+
+    Raises:
+        ShardItemError: a dict in the list has no string under ``"url"``.
 
     >>> len(ShardList(["b.tar", "a.tar"]))
     2
+    >>> list(ShardList(["a.tar", {"url": "b.tar", "lang": "en"}]))
+    ['a.tar', {'url': 'b.tar', 'lang': 'en'}]
     """
 
-    def __init__(self, urls: ShardSpec) -> None:
+    def __init__(self, urls: ShardSpec | Sequence[ShardItem]) -> None:
         super().__init__()
-        self.urls = expand_urls(urls)
+        self.urls: list[ShardItem] = _shard_items(urls)
 
-    def __iter__(self) -> Iterator[str]:
+    def __iter__(self) -> Iterator[ShardItem]:
         yield from self.urls
 
     def replay_state(self) -> None:
@@ -60,31 +72,59 @@ class ShardList(StageDataPipe[str]):
 
 
 SimpleShardList = ShardList
-"""webdataset's name for :class:`ShardList`, for use in ``DataPipeline(...)``."""
+"""webdataset's name for :class:`ShardList`, for use in ``DataPipeline(...)``. It yields URL
+strings where webdataset's yields ``{"url": ...}`` dicts (see :mod:`wdspipes.io.items`)."""
+
+
+def _shard_items(urls: ShardSpec | Sequence[ShardItem]) -> list[ShardItem]:
+    """The items of a shard spec, or of a list that holds dict items too (checked now)."""
+    if not isinstance(urls, Sequence) or isinstance(urls, str):
+        return list(expand_urls(urls))
+    if not any(isinstance(item, Mapping) for item in urls):
+        return list(expand_urls(urls))  # type: ignore[arg-type]
+    items: list[ShardItem] = []
+    for index, item in enumerate(urls):
+        if isinstance(item, Mapping):
+            shard_url(item)
+            items.append(item)
+        else:
+            items.append(list_item_url(item, index))
+    return items
 
 
 @functional_stage("list_shards")
-class ShardLister(StageDataPipe[str]):
+class ShardLister(StageDataPipe[ShardItem]):
     """Expand each shard spec of the source into URLs (functional name: ``list_shards``).
 
     Args:
-        source_datapipe: yields shard specs (strings or lists).
+        source_datapipe: yields shard specs (strings or lists), or dicts with a spec under
+            ``"url"`` (webdataset's shard items), each expanded to one dict per URL with the
+            other keys alike.
 
     Yields:
-        The URLs of each spec in turn.
+        The URLs (or dict items) of each spec in turn.
+
+    Raises:
+        ShardItemError: a dict has no string under ``"url"``.
 
     >>> from torch.utils.data.datapipes.iter import IterableWrapper
     >>> list(IterableWrapper(["a-{1..2}.tar", ["b.tar"]]).list_shards())
     ['a-1.tar', 'a-2.tar', 'b.tar']
+    >>> list(IterableWrapper([{"url": "c-{1..2}.tar", "lang": "en"}]).list_shards())
+    [{'url': 'c-1.tar', 'lang': 'en'}, {'url': 'c-2.tar', 'lang': 'en'}]
     """
 
-    def __init__(self, source_datapipe: IterDataPipe[ShardSpec]) -> None:
+    def __init__(self, source_datapipe: IterDataPipe[ShardSpec | Mapping[str, Any]]) -> None:
         super().__init__()
         self.source_datapipe = source_datapipe
 
-    def __iter__(self) -> Iterator[str]:
+    def __iter__(self) -> Iterator[ShardItem]:
         for spec in self.source_datapipe:
-            yield from expand_urls(spec)
+            if isinstance(spec, Mapping):
+                for url in expand_urls(shard_url(spec)):
+                    yield {**spec, "url": url}
+            else:
+                yield from expand_urls(spec)
 
     def replay_state(self) -> None:
         """Nothing: before the reader, the specs are expanded again from the start."""
@@ -92,7 +132,7 @@ class ShardLister(StageDataPipe[str]):
 
 
 @functional_stage("resample_shards")
-class ShardResampler(SeededStage, StageDataPipe[str]):
+class ShardResampler(SeededStage, StageDataPipe[ShardItem]):
     """Draw shards with replacement from the source's URLs (functional name: ``resample_shards``).
 
     Each epoch collects the source's URLs and draws ``nshards`` of them (without end if None).
@@ -101,7 +141,7 @@ class ShardResampler(SeededStage, StageDataPipe[str]):
     and rank draws the same stream and takes its own part of it.
 
     Args:
-        source_datapipe: yields shard URLs.
+        source_datapipe: yields shard items (URLs, or dicts with a ``"url"``).
         nshards: how many shards to draw per epoch; None draws forever.
         seed: fixes the draws.
 
@@ -119,7 +159,7 @@ class ShardResampler(SeededStage, StageDataPipe[str]):
 
     def __init__(
         self,
-        source_datapipe: IterDataPipe[str],
+        source_datapipe: IterDataPipe[ShardItem],
         nshards: int | None = None,
         seed: int | None = None,
     ) -> None:
@@ -130,7 +170,7 @@ class ShardResampler(SeededStage, StageDataPipe[str]):
         self.nshards = nshards
         self.seeding = Seeding(seed)
 
-    def __iter__(self) -> Iterator[str]:
+    def __iter__(self) -> Iterator[ShardItem]:
         urls = list(self.source_datapipe)
         if not urls:
             raise ValueError("resample_shards: the source yielded no shard URLs to draw from")
@@ -147,8 +187,8 @@ class ShardResampler(SeededStage, StageDataPipe[str]):
 
 
 def ResampledShards(
-    urls: ShardSpec, nshards: int | None = None, seed: int | None = None
-) -> IterDataPipe[str]:
+    urls: ShardSpec | Sequence[ShardItem], nshards: int | None = None, seed: int | None = None
+) -> IterDataPipe[ShardItem]:
     """Shards of ``urls`` drawn with replacement, split among ranks and workers:
     ``ShardList(urls).resample_shards(nshards, seed).sharding_filter()``.
 

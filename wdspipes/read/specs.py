@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import braceexpand
 
-__all__ = ["ShardSpec", "expand_urls"]
+__all__ = ["ShardSpec", "expand_urls", "list_item_url"]
 
 ShardSpec = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
@@ -32,7 +32,7 @@ def expand_urls(spec: ShardSpec) -> list[str]:
     elif isinstance(spec, os.PathLike):
         urls = [os.fspath(spec)]
     elif isinstance(spec, Sequence):
-        urls = [_as_url(item, index) for index, item in enumerate(spec)]
+        urls = [list_item_url(item, index) for index, item in enumerate(spec)]
     else:
         raise TypeError(
             f"a shard spec must be a string or a list of URLs, got {type(spec).__name__}"
@@ -44,7 +44,8 @@ def expand_urls(spec: ShardSpec) -> list[str]:
     return urls
 
 
-def _as_url(item: object, index: int) -> str:
+def list_item_url(item: object, index: int) -> str:
+    """Item ``index`` of a shard list, as a URL: a string or a path."""
     if isinstance(item, str | os.PathLike):
         return os.fspath(item)
     raise TypeError(f"shard list item {index} must be a string or path, got {type(item).__name__}")

@@ -2,10 +2,11 @@
 
 A stream shard has no tar framing: item follows item to the end of the file. Each item must be
 a map (a sample dict). The loaders add ``__url__`` (the shard) and, where the item has none,
-``__key__`` (the item's number in its shard, ``"000000"``, ``"000001"``, ...), and with a shard
-cache ``__local_path__``, as tar samples get them. Values keep the
-types the encoding gives them: bytes stay bytes for ``decode`` to decode by extension, numbers
-and strings arrive decoded already (``decode(..., partial=True)`` lets them through).
+``__key__`` (the item's number in its shard, ``"000000"``, ``"000001"``, ...), and the fields
+of a dict shard item and ``__local_path__`` (with a shard cache), as tar samples get them.
+Values keep the types the encoding gives them: bytes stay bytes for ``decode`` to decode by
+extension, numbers and strings arrive decoded already (``decode(..., partial=True)`` lets them
+through).
 
 A truncated last item, bytes that are no item (whatever the CBOR or msgpack library raises on
 them), an item that is not a map, an item with a key that is not a string (keys name fields),
@@ -33,8 +34,8 @@ from torch.utils.data import IterDataPipe
 from wdspipes.core.curried import Stage, stage_factory
 from wdspipes.core.datapipe import Sample, functional_stage
 from wdspipes.errors import Handler, ResumeError, StreamFormatError, reraise_exception
-from wdspipes.io.opener import ShardOpener
-from wdspipes.io.urls import ByteStream, RawShard, ShardStream, discard
+from wdspipes.io.opener import OpenedShard, ShardOpener
+from wdspipes.io.urls import ByteStream, RawShard, discard
 from wdspipes.read.positions import END, SampleReader, ShardCursor, read_shards
 
 __all__ = [
@@ -136,7 +137,7 @@ class StreamLoader(SampleReader):
     items: _Decoder
 
     def __init__(
-        self, source_datapipe: IterDataPipe[ShardStream], handler: Handler = reraise_exception
+        self, source_datapipe: IterDataPipe[OpenedShard], handler: Handler = reraise_exception
     ) -> None:
         super().__init__()  # the resume bookkeeping: see wdspipes.read.positions
         self.source_datapipe = source_datapipe
@@ -158,11 +159,11 @@ class StreamLoader(SampleReader):
         """The samples of one shard from byte ``start``, where item number
         :attr:`next_index` of the shard begins when ``start`` is not 0."""
         _skip_to(stream, url, start)
-        number, local_path = self.cursor.number, self.cursor.local_path
+        number, entries = self.cursor.number, self.cursor.entries
         places, kind = self.places, self.kind
         items = type(self).items(url, stream, start)
         for index, (offset, end, item) in enumerate(items, start=self.next_index if start else 0):
-            sample = _sample(item, url, local_path, index, offset, kind)
+            sample = _sample(item, url, entries, index, offset, kind)
             places.last = (number, offset)
             self.next_offset, self.next_index = end, index + 1
             yield sample
@@ -174,13 +175,15 @@ class StreamLoader(SampleReader):
             )
         return self.source_datapipe
 
-    def _collect(self, stream: ByteStream, url: str, offsets: list[int]) -> dict[int, Sample]:
+    def _collect(
+        self, stream: ByteStream, url: str, offsets: list[int], cursor: ShardCursor
+    ) -> dict[int, Sample]:
         # Read from the start: an item without a __key__ is keyed by its number in the shard.
-        local_path = getattr(stream, "local_path", None)
+        entries = cursor.entries
         wanted, samples = set(offsets), {}
         for index, (offset, _end, item) in enumerate(type(self).items(url, stream)):
             if offset in wanted:
-                samples[offset] = _sample(item, url, local_path, index, offset, self.kind)
+                samples[offset] = _sample(item, url, entries, index, offset, self.kind)
                 if len(samples) == len(wanted):
                     break
         return samples
@@ -193,7 +196,7 @@ class StreamLoader(SampleReader):
 
 
 def _sample(
-    item: Any, url: str, local_path: str | None, index: int, offset: int, kind: str
+    item: Any, url: str, entries: dict[str, Any] | None, index: int, offset: int, kind: str
 ) -> Sample:
     if not isinstance(item, dict):
         raise StreamFormatError(
@@ -216,8 +219,8 @@ def _sample(
             offset=offset,
         )
     item["__url__"] = url
-    if local_path is not None:
-        item["__local_path__"] = local_path
+    if entries is not None:
+        item.update(entries)
     return item
 
 
@@ -236,6 +239,7 @@ class CborLoader(StreamLoader):
         StreamFormatError: through ``handler``, naming the URL and byte offset.
 
     >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> from wdspipes.io import ShardStream
     >>> data = cbor2.dumps({"__key__": "a", "cls": 0}) + cbor2.dumps({"cls": 1})
     >>> shards = IterableWrapper([ShardStream("mem.cbor", io.BytesIO(data))],
     ...                          deepcopy=False)
@@ -263,6 +267,7 @@ class MsgpackLoader(StreamLoader):
         StreamFormatError: through ``handler``, naming the URL and byte offset.
 
     >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> from wdspipes.io import ShardStream
     >>> data = msgpack.packb({"__key__": "a", "cls": 0}) + b"\\xc1"  # 0xc1 is never used
     >>> shards = IterableWrapper([ShardStream("mem.mp", io.BytesIO(data))], deepcopy=False)
     >>> list(shards.load_msgpack())

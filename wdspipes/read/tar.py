@@ -16,7 +16,8 @@ from wdspipes.errors import (
     Handler,
     reraise_exception,
 )
-from wdspipes.io.urls import ByteStream, ShardStream
+from wdspipes.io.opener import OpenedShard
+from wdspipes.io.urls import ByteStream
 from wdspipes.read.positions import ShardCursor, read_shards
 from wdspipes.read.walk import Member, TarMember, TarWalk, warn_unmarked
 
@@ -32,8 +33,10 @@ class TarLoader(StageDataPipe[TarMember]):
     the shard cache (see :mod:`wdspipes.io.cache`).
 
     Args:
-        source_datapipe: yields :class:`~wdspipes.io.ShardStream` ``(url, stream)`` pairs,
-            as ``open_shards`` does.
+        source_datapipe: yields opened shards as ``open_shards`` does:
+            :class:`~wdspipes.io.ShardStream` ``(url, stream)`` pairs, or dicts with ``"url"``
+            and ``"stream"`` as webdataset's ``url_opener`` yields (their other keys go to
+            ``group_samples``' samples: see :mod:`wdspipes.io.items`).
         handler: what to do when a shard is bad; continuing moves on to the next shard
             (the members before the damage have been yielded already; ``group_samples``
             drops the sample it was assembling from them, which may lack members).
@@ -65,7 +68,7 @@ class TarLoader(StageDataPipe[TarMember]):
 
     def __init__(
         self,
-        source_datapipe: IterDataPipe[ShardStream],
+        source_datapipe: IterDataPipe[OpenedShard],
         handler: Handler = reraise_exception,
         *,
         ignore_zeros: bool = False,

@@ -196,11 +196,15 @@ class Draws:
 
     def below(self, size: int) -> int:
         """A random index in ``range(size)``."""
+        return int(self.random() * size)
+
+    def random(self) -> float:
+        """A random float in ``[0, 1)``: the draw :meth:`below` scales."""
         count = self.count
         if count and not count % self.BLOCK:
             self._rng = random.Random(repr((self.material, count // self.BLOCK)))
         self.count = count + 1
-        return int(self._rng.random() * size)
+        return self._rng.random()
 
     def skip(self, count: int) -> None:
         """Go on as if ``count`` draws had been made."""

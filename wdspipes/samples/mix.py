@@ -1,0 +1,382 @@
+"""Mixing datasets: items of several pipelines in turn (``interleave``, webdataset's
+``RoundRobin``) or drawn at random with given probabilities (``interleave_randomly``,
+webdataset's ``RandomMix``).
+
+Both stop at the first source that runs out, as webdataset's do, or with ``longest=True`` go
+on with the others until every source has run out. The random draw is webdataset's: a uniform
+number in ``[0, 1)`` against the cumulative probabilities of the sources still drawn from; it
+comes from the stage's own seed (``seed=``, else the loader's, see :mod:`wdspipes.core.seeds`),
+so a run is reproducible, and differs between workers.
+
+Each source is a pipeline of its own, with its own reader, and the mixer's state holds each
+source's whole state (:func:`~wdspipes.core.resume.pipeline_state`) besides its own place in
+the turn or the number of draws made: a mixed pipeline resumes mid-epoch like any other.
+A sample buffer after a mixer cannot save its samples' places (they are in several sources'
+shards): shuffle within the sources, before the mixer.
+
+>>> from torch.utils.data.datapipes.iter import IterableWrapper
+>>> letters, numbers = IterableWrapper("abc"), IterableWrapper([1, 2, 3, 4])
+>>> list(letters.interleave(numbers)), list(letters.interleave(numbers, longest=True))
+(['a', 1, 'b', 2, 'c', 3], ['a', 1, 'b', 2, 'c', 3, 4])
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from torch.utils.data import IterDataPipe
+from torch.utils.data.datapipes.iter import IterableWrapper
+
+from wdspipes.core.datapipe import StageDataPipe, functional_stage
+from wdspipes.core.resume import abandon_epoch, pipeline_state, prime_pipeline, restore_pipeline
+from wdspipes.core.seeds import Seeding
+from wdspipes.samples.shuffle import Draws
+
+__all__ = ["Interleaver", "RandomInterleaver", "RandomMix", "RoundRobin"]
+
+T = TypeVar("T")
+_END: Any = object()
+
+START, END = "start", "end"
+"""A mixer's place before its epoch begins, and after it ends."""
+FRESH, OPEN, OVER = "fresh", "open", "over"
+"""A source's phase: never read by the mixer; read in the mixer's epoch under way; its last
+epoch ended or abandoned (restored, it is abandoned before it begins the next one)."""
+
+
+class _Mixer(StageDataPipe[T]):
+    """The loop and the state that ``interleave`` and ``interleave_randomly`` share; a
+    subclass picks the next source (:meth:`_pick`) and keeps its own place."""
+
+    holds_sources = True
+
+    def __init__(self, sources: Sequence[Iterable[T]], longest: bool) -> None:
+        super().__init__()
+        pipes = tuple(_as_datapipe(source) for source in sources)
+        if len({id(pipe) for pipe in pipes}) < len(pipes):
+            raise ValueError(
+                "the same DataPipe is given twice to a mixer: torch allows one iterator per "
+                "DataPipe at a time (build the pipeline twice, or use .fork())"
+            )
+        self.source_datapipes = pipes
+        self.longest = bool(longest)
+        # The place in this epoch (see START, END; a dict while under way), each source's
+        # phase, which sources a restored state left to abandon first, and a loaded state.
+        self.place: dict[str, Any] | str = START
+        self.phases = [FRESH] * len(pipes)
+        self._abandon = [False] * len(pipes)
+        self._resume: dict[str, Any] | str | None = None
+
+    def upstream(self) -> tuple[IterDataPipe[Any], ...]:
+        return self.source_datapipes
+
+    def __iter__(self) -> Iterator[T]:
+        resume, self._resume = self._resume, None
+        self.place = self._begin(resume)
+        if resume == END:  # restored after its epoch ended: that epoch gives nothing more
+            self.place = END
+            return
+        live: list[int] = self.place["live"]
+        iterators: dict[int, Iterator[T]] = {}
+        try:
+            while live:
+                slot = self._pick(len(live))
+                if slot < 0:
+                    break
+                item = next(self._iterator(live[slot], iterators), _END)
+                if item is _END:
+                    if not self.longest:
+                        break
+                    del live[slot]
+                    self._dropped(slot)
+                    continue
+                self._taken(slot)
+                yield item
+        finally:
+            for iterator in iterators.values():
+                close = getattr(iterator, "close", None)
+                if close is not None:
+                    close()
+            self.phases = [OVER if phase == OPEN else phase for phase in self.phases]
+            self.place = END
+
+    def _iterator(self, index: int, iterators: dict[int, Iterator[T]]) -> Iterator[T]:
+        """The iterator of source ``index`` in this epoch, begun as it is first needed."""
+        iterator = iterators.get(index)
+        if iterator is None:
+            source = self.source_datapipes[index]
+            if self._abandon[index] and self.phases[index] == OVER:
+                abandon_epoch(source)  # the epoch its restored state is in ended then
+            self._abandon[index] = False
+            self.phases[index] = OPEN
+            iterator = iterators[index] = iter(source)
+        return iterator
+
+    def _begin(self, resume: dict[str, Any] | str | None) -> dict[str, Any]:
+        """The place to go on from: a restored one, or this epoch's start."""
+        if isinstance(resume, dict):
+            return {**resume, "live": list(resume["live"])}
+        return {"live": list(range(len(self.source_datapipes)))}
+
+    def _pick(self, count: int) -> int:
+        """The slot, among the ``count`` sources still read, of the source to read next; -1
+        to end the epoch."""
+        raise NotImplementedError
+
+    def _taken(self, slot: int) -> None:
+        """An item of the source in ``slot`` is about to be yielded."""
+
+    def _dropped(self, slot: int) -> None:
+        """The source that was in ``slot`` ran out and is read no more (``longest``)."""
+
+    def set_seed(self, seed: int) -> None:
+        """A loader begins an epoch: a state loaded before is dropped, in every source too."""
+        self._resume = None
+        self._abandon = [False] * len(self.source_datapipes)
+
+    def resume_state(self) -> dict[str, Any]:
+        """The mixer's place, the phase of each source, and each source's whole state.
+
+        Raises:
+            ResumeError: a source cannot save its state; the message names the stage.
+        """
+        return {
+            "place": self.place if isinstance(self.place, str) else dict(self.place),
+            "phases": list(self.phases),
+            "sources": [pipeline_state(source) for source in self.source_datapipes],
+        }
+
+    def resume_from(self, state: dict[str, Any]) -> None:
+        for source, part in zip(self.source_datapipes, state["sources"], strict=True):
+            restore_pipeline(source, part)
+        self.phases = list(state["phases"])
+        self._abandon = [phase != FRESH for phase in self.phases]
+        self._resume = state["place"]
+
+    def prime_epoch(self, state: Any) -> None:
+        for source, part in zip(self.source_datapipes, state["sources"], strict=True):
+            prime_pipeline(source, part)
+
+    def _lengths(self) -> list[int]:
+        return [len(source) for source in self.source_datapipes]
+
+
+def _as_datapipe(source: Iterable[T]) -> IterDataPipe[T]:
+    """A source as a DataPipe: itself, or wrapped (without copying it)."""
+    if isinstance(source, IterDataPipe):
+        return source
+    if isinstance(source, str | bytes) or not isinstance(source, Iterable):
+        raise TypeError(
+            f"a mixer's source must be an iterable of items, got {type(source).__name__}"
+        )
+    return IterableWrapper(source, deepcopy=False)
+
+
+@functional_stage("interleave")
+class Interleaver(_Mixer[T]):
+    """Items of the source and of ``others`` in turn (functional name: ``interleave``).
+
+    One of each, as webdataset's ``RoundRobin``: the first source, the second, ..., the first
+    again; the epoch ends at the first source that runs out, where its turn comes (with
+    ``longest=True``, that source is skipped from then on, until all have run out).
+
+    Args:
+        source_datapipe: the first source.
+        others: the other sources (DataPipes, or iterables, which are wrapped).
+        longest: go on until every source has run out.
+
+    Yields:
+        The sources' items in turn.
+
+    Raises:
+        ValueError: the same DataPipe is given twice.
+
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> evens, odds = IterableWrapper([0, 2, 4]), IterableWrapper([1, 3])
+    >>> list(evens.interleave(odds)), len(evens.interleave(odds))
+    ([0, 1, 2, 3, 4], 5)
+    """
+
+    def __init__(
+        self, source_datapipe: Iterable[T], *others: Iterable[T], longest: bool = False
+    ) -> None:
+        super().__init__((source_datapipe, *others), longest)
+
+    def _begin(self, resume: dict[str, Any] | str | None) -> dict[str, Any]:
+        place = super()._begin(resume)
+        place.setdefault("turn", 0)
+        return place
+
+    def _pick(self, count: int) -> int:
+        place = self.place
+        assert isinstance(place, dict)
+        place["turn"] %= count
+        return int(place["turn"])
+
+    def _taken(self, slot: int) -> None:
+        self.place["turn"] = slot + 1  # type: ignore[index]
+
+    def __len__(self) -> int:
+        lengths = self._lengths()
+        if self.longest:
+            return sum(lengths)
+        shortest = min(lengths)
+        return len(lengths) * shortest + lengths.index(shortest)
+
+
+class RoundRobin(Interleaver[T]):
+    """webdataset's ``RoundRobin(datasets, longest=False)``: ``interleave`` over a list of
+    datasets (see :class:`Interleaver`).
+
+    >>> list(RoundRobin([["a", "b", "c"], [1]], longest=True))
+    ['a', 1, 'b', 'c']
+    """
+
+    def __init__(self, datasets: Sequence[Iterable[T]], longest: bool = False) -> None:
+        if not datasets:
+            raise ValueError("RoundRobin needs at least one dataset")
+        super().__init__(*datasets, longest=longest)
+
+
+@functional_stage("interleave_randomly")
+class RandomInterleaver(_Mixer[T]):
+    """Items of sources drawn at random (functional name: ``interleave_randomly``).
+
+    The items of the source and of ``others``, as webdataset's ``RandomMix``: each item
+    comes from source ``i`` with probability ``probs[i] / sum(probs)`` (uniform without
+    ``probs``); the epoch ends when a drawn source has run out (with ``longest=True``, that
+    source is dropped and the draws go on among the others, until every source with a
+    probability above 0 has run out). The draws depend only on ``seed`` and the epoch, else
+    on the loader's seed (each worker draws apart).
+
+    Args:
+        source_datapipe: the first source.
+        others: the other sources (DataPipes, or iterables, which are wrapped).
+        probs: a weight per source, at least 0, not all 0; None for equal weights.
+        longest: go on until every source has run out.
+        seed: fixes the draws.
+
+    Yields:
+        The sources' items, each source's in its order.
+
+    Raises:
+        ValueError: ``probs`` does not give one weight of at least 0 per source, or the same
+            DataPipe is given twice.
+
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
+    >>> mixed = IterableWrapper("abcd").interleave_randomly(
+    ...     IterableWrapper("WXYZ"), probs=[3, 1], longest=True, seed=0)
+    >>> sorted(mixed) == sorted("abcdWXYZ"), list(mixed) == list(mixed)
+    (True, False)
+    """
+
+    def __init__(
+        self,
+        source_datapipe: Iterable[T],
+        *others: Iterable[T],
+        probs: Sequence[float] | None = None,
+        longest: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__((source_datapipe, *others), longest)
+        self.probs = _weights(probs, len(self.source_datapipes))
+        self.seeding = Seeding(seed)
+        self.draws = Draws(())
+        self._bounds: list[float] = []
+
+    def _begin(self, resume: dict[str, Any] | str | None) -> dict[str, Any]:
+        place = super()._begin(resume)
+        self.seeding.mark()  # its own epoch, as a sample shuffle's
+        self.draws = Draws(self.seeding.next_material(self))
+        self.draws.skip(place.get("draws", 0))
+        self._bounds = _bounds([self.probs[index] for index in place["live"]])
+        return place
+
+    def _pick(self, count: int) -> int:
+        if not self._bounds[-1]:  # only sources that are never drawn are left
+            return -1
+        slot = bisect.bisect_left(self._bounds, self.draws.random())
+        return min(slot, count - 1)
+
+    def _dropped(self, slot: int) -> None:
+        place = self.place
+        assert isinstance(place, dict)
+        self._bounds = _bounds([self.probs[index] for index in place["live"]])
+
+    def set_seed(self, seed: int) -> None:
+        self.seeding.set_seed(seed)
+        super().set_seed(seed)
+
+    def resume_state(self) -> dict[str, Any]:
+        state = super().resume_state()
+        if isinstance(state["place"], dict):
+            state["place"]["draws"] = self.draws.count
+        state["seeding"] = self.seeding.state()
+        return state
+
+    def resume_from(self, state: dict[str, Any]) -> None:
+        super().resume_from(state)
+        self.seeding.load_state(state["seeding"])
+
+    def prime_epoch(self, state: Any) -> None:
+        super().prime_epoch(state)
+        self.seeding.prime(state["seeding"])
+
+    def __len__(self) -> int:
+        if not self.longest:
+            raise TypeError(
+                "interleave_randomly has no length without longest=True: where it ends depends "
+                "on the draws"
+            )
+        return sum(length for length, p in zip(self._lengths(), self.probs, strict=True) if p)
+
+
+class RandomMix(RandomInterleaver[T]):
+    """webdataset's ``RandomMix(datasets, probs=None, longest=False)``: ``interleave_randomly``
+    over a list of datasets (see :class:`RandomInterleaver`), with ``seed`` as there.
+
+    >>> mixed = RandomMix([["a"] * 30, ["b"] * 10], probs=[3, 1], longest=True, seed=1)
+    >>> sorted(mixed) == ["a"] * 30 + ["b"] * 10
+    True
+    """
+
+    def __init__(
+        self,
+        datasets: Sequence[Iterable[T]],
+        probs: Sequence[float] | None = None,
+        longest: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        if not datasets:
+            raise ValueError("RandomMix needs at least one dataset")
+        super().__init__(*datasets, probs=probs, longest=longest, seed=seed)
+
+
+def _weights(probs: Sequence[float] | None, count: int) -> list[float]:
+    """The weight of each of ``count`` sources, checked."""
+    if probs is None:
+        return [1.0] * count
+    weights = list(probs)
+    if len(weights) != count:
+        raise ValueError(f"probs must give one weight per source ({count}), got {len(weights)}")
+    for weight in weights:
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise ValueError(f"probs must be numbers, got {weight!r}")
+        if not math.isfinite(weight) or weight < 0:
+            raise ValueError(f"probs must be finite and at least 0, got {weight!r}")
+    if not sum(weights):
+        raise ValueError(f"probs must not all be 0, got {weights}")
+    return [float(weight) for weight in weights]
+
+
+def _bounds(weights: list[float]) -> list[float]:
+    """The cumulative share of each weight, as webdataset computes it (each weight over the
+    sum, added up in order); all zeros where the weights are."""
+    total = sum(weights)
+    if not total:
+        return [0.0] * len(weights)
+    return list(itertools.accumulate(weight / total for weight in weights))
