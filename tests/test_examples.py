@@ -54,7 +54,8 @@ def test_write_and_reshard_goes_from_files_to_shuffled_shards(tmp_path: Path) ->
         assert f"$ wdspipes {command} " in output
     assert "read back 90 samples from 4 shards" in output
     assert sorted(path.name for path in (work / "train").iterdir()) == [
-        f"train-{number:04d}.tar" for number in range(4)
+        *(f"train-{number:04d}.tar" for number in range(4)),
+        "train.json",  # their index
     ]
     assert (work / "train-0000.png").read_bytes().startswith(b"\x89PNG")
 
