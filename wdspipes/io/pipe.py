@@ -17,7 +17,7 @@ import subprocess
 from wdspipes.errors import CommandError
 from wdspipes.io.local import BUFFER_SIZE
 
-__all__ = ["PipeStream", "describe_status", "open_pipe"]
+__all__ = ["PipeStream", "describe_status", "end_group", "open_pipe"]
 
 log = logging.getLogger(__name__)
 
@@ -66,17 +66,7 @@ class PipeStream:
 
     def _end_early(self) -> None:
         """The reader stopped before the end: end the command's group, ignore its status."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            if self._process.poll() is not None:
-                return
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._process.pid, sig)
-            try:
-                self._process.wait(timeout=_TERMINATE_GRACE)
-                return
-            except subprocess.TimeoutExpired:
-                log.warning("command %r ignored %s", self.command, signal.Signals(sig).name)
-        self._process.wait()
+        end_group(self._process, self.command)
 
     def __del__(self) -> None:
         if not getattr(self, "closed", True):
@@ -84,6 +74,22 @@ class PipeStream:
                 self.close()
             except Exception:  # a finaliser must not raise; the stream was abandoned anyway
                 log.debug("closing abandoned %r failed", self.url, exc_info=True)
+
+
+def end_group(process: subprocess.Popen[bytes], command: str) -> None:
+    """End the process group of a command started in a session of its own: SIGTERM, then
+    SIGKILL if it is still there after a grace period; nothing if it has ended already."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        try:
+            process.wait(timeout=_TERMINATE_GRACE)
+            return
+        except subprocess.TimeoutExpired:
+            log.warning("command %r ignored %s", command, signal.Signals(sig).name)
+    process.wait()
 
 
 def describe_status(status: int) -> str:

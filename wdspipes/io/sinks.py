@@ -61,7 +61,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import signal
 import stat
 import subprocess
 import sys
@@ -72,7 +71,7 @@ from typing import IO, Any
 
 from wdspipes.errors import CommandError, ShardOpenError, ShardWriteError, WdsError
 from wdspipes.io.local import BUFFER_SIZE, local_path, url_scheme
-from wdspipes.io.pipe import describe_status
+from wdspipes.io.pipe import describe_status, end_group
 from wdspipes.io.stores import _FILESYSTEMS, STORE_EXTRAS, fsspec_protocols
 
 __all__ = ["OBJECT_STORES", "ByteSink", "open_sink"]
@@ -86,7 +85,6 @@ _NOT_WRITABLE = {
     "https": "write locally or to a store, or through a command: pipe:curl -sf -T - URL",
     "ais": "write through the ais command: pipe:ais put - ais://BUCKET/OBJECT",
 }
-_TERMINATE_GRACE = 2.0
 
 
 class ByteSink:
@@ -381,16 +379,7 @@ class _PipeSink(ByteSink):
             )
 
     def _discard(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            if self._process.poll() is not None:
-                break
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self._process.pid, sig)
-            try:
-                self._process.wait(timeout=_TERMINATE_GRACE)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        end_group(self._process, self.command)
         with contextlib.suppress(OSError):
             self._stdin.close()
         self._process.wait()
