@@ -67,14 +67,14 @@ import sys
 import warnings
 from collections.abc import Mapping
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from wdspipes.errors import CommandError, ShardOpenError, ShardWriteError, WdsError
 from wdspipes.io.local import BUFFER_SIZE, local_path, url_scheme
 from wdspipes.io.pipe import describe_status, end_group
 from wdspipes.io.stores import _FILESYSTEMS, STORE_EXTRAS, fsspec_protocols
 
-__all__ = ["OBJECT_STORES", "ByteSink", "open_sink"]
+__all__ = ["OBJECT_STORES", "ByteSink", "ClosesOrAborts", "open_sink"]
 
 OBJECT_STORES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "hf"})
 """fsspec protocols whose files create the object only when the upload completes (on close):
@@ -87,7 +87,35 @@ _NOT_WRITABLE = {
 }
 
 
-class ByteSink:
+_Done = TypeVar("_Done", bound="ClosesOrAborts")
+
+
+class ClosesOrAborts:
+    """What writers share: used with ``with``, :meth:`close` completes what was written when
+    the block succeeds, :meth:`abort` gives it up when the block raises."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _Done) -> _Done:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class ByteSink(ClosesOrAborts):
     """Bytes being written to a URL: ``write`` and ``flush`` as a binary file, :meth:`close`
     to complete them, :meth:`abort` to give them up (see the module).
 
@@ -162,20 +190,6 @@ class ByteSink:
 
     def writable(self) -> bool:
         return not self.closed
-
-    def __enter__(self) -> ByteSink:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
 
     def __del__(self) -> None:
         if getattr(self, "closed", True) or getattr(self, "_pid", None) != os.getpid():

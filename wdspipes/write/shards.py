@@ -26,11 +26,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import Any
 
 from wdspipes.io.local import local_path
-from wdspipes.io.sinks import ByteSink, open_sink
+from wdspipes.io.sinks import ByteSink, ClosesOrAborts, open_sink
 from wdspipes.write.encoders import SampleEncoder
 from wdspipes.write.tar import (
     TarWriter,
@@ -47,7 +46,7 @@ _CONVERSION = re.compile(r"%(\([^)]*\))?[#0 +-]*(\*|\d+)?(?:\.(\*|\d*))?[hlL]?(.
 _INTEGER_TYPES = frozenset("diouxX")
 
 
-class ShardWriter:
+class ShardWriter(ClosesOrAborts):
     """Write samples to numbered tar shards, rolling over by sample count and by size.
 
     Args:
@@ -182,20 +181,13 @@ class ShardWriter:
         if self._writer is not None:
             self._finish()
 
-    def __enter__(self) -> ShardWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self._closed = True
-            self._abort()
+    def abort(self) -> None:
+        """Stop writing: the unfinished shard is deleted (finished shards stay). Once closed
+        or aborted, nothing happens."""
+        if self._closed:
+            return
+        self._closed = True
+        self._abort()
 
     def __repr__(self) -> str:
         return f"ShardWriter({self.pattern!r}, shards={len(self.shards)}, count={self.count})"

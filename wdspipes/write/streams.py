@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from types import TracebackType
 from typing import Any, BinaryIO
 
 import cbor2
 import msgpack
 
 from wdspipes.errors import EncodeError
-from wdspipes.io.sinks import ByteSink, open_sink
+from wdspipes.io.sinks import ByteSink, ClosesOrAborts, open_sink
 
 __all__ = ["CborWriter", "MsgpackWriter"]
 
 
-class _StreamWriter:
+class _StreamWriter(ClosesOrAborts):
     """Append samples to a stream shard, one item each; see :class:`CborWriter`."""
 
     kind = ""
@@ -81,28 +80,16 @@ class _StreamWriter:
         else:
             self._sink.close()
 
-    def _abort(self) -> None:
+    def abort(self) -> None:
         """Stop writing: a file written to a URL is given up, never put under its name where
-        the target allows it."""
+        the target allows it. Once closed or aborted, nothing happens."""
+        if self.closed:
+            return
         self.closed = True
         if self._sink is not None:
             self._sink.abort()
         else:
             self.stream.flush()
-
-    def __enter__(self) -> _StreamWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.close()
-        elif not self.closed:
-            self._abort()
 
 
 class CborWriter(_StreamWriter):

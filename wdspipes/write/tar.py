@@ -39,7 +39,7 @@ from types import TracebackType
 from typing import Any, BinaryIO, Protocol
 
 from wdspipes.errors import EncodeError
-from wdspipes.io.sinks import ByteSink, open_sink
+from wdspipes.io.sinks import ByteSink, ClosesOrAborts, open_sink
 from wdspipes.write.encoders import BYTES_TYPES, SampleEncoder, check_fields, check_key
 
 __all__ = [
@@ -87,7 +87,7 @@ class Writable(Protocol):
     def flush(self) -> None: ...
 
 
-class TarWriter:
+class TarWriter(ClosesOrAborts):
     """Write samples to a tar archive, one member ``key.field`` per field, sorted by field.
 
     Args:
@@ -237,19 +237,16 @@ class TarWriter:
         else:
             self._stream.flush()
 
-    def __enter__(self) -> TarWriter:
-        return self
-
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if exc_type is not None and self._sink is not None:
-            self.abort()
-        else:
+        if self._sink is None:  # a stream given: what was written stays a readable archive
             self.close()
+        else:
+            super().__exit__(exc_type, exc, traceback)
 
     def __repr__(self) -> str:
         return f"TarWriter(compress={self.compress!r}, count={self.count}, size={self.size})"
