@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from wdspipes.core.datapipe import Sample
-from wdspipes.io.atomic import AtomicFile
 from wdspipes.io.local import local_path
+from wdspipes.io.sinks import open_sink
 from wdspipes.read.specs import ShardSpec, expand_urls
 from wdspipes.tools.buckets import (
     LOAD_LIMIT,
@@ -424,13 +424,8 @@ def write_manifest(pattern: str, shards: list[str], counts: list[int]) -> str:
             for shard, count in zip(shards, counts, strict=True)
         ],
     }
-    atomic = AtomicFile(path)
-    try:
-        atomic.file.write((json.dumps(index, indent=2) + "\n").encode())
-    except BaseException:
-        atomic.abort()
-        raise
-    atomic.commit()
+    with open_sink(path) as sink:
+        sink.write((json.dumps(index, indent=2) + "\n").encode())
     return path
 
 
