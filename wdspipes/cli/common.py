@@ -17,8 +17,7 @@ import shutil
 import sys
 import textwrap
 import time
-from collections.abc import Generator, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -231,20 +230,17 @@ output_compression("-", None)
     return _COMPRESSION_SUFFIXES.get(os.path.splitext(path)[1].lower())
 
 
-@contextmanager
-def shard_writer(output: str, compress: str | None) -> Iterator[TarWriter]:
+def shard_writer(output: str, compress: str | None) -> TarWriter:
     """A ``TarWriter(encoder=False)`` for the output argument ``output``: any URL the writers
     take (a path, ``-`` for standard output, ``pipe:COMMAND``, ``s3://...``; see
-    :mod:`wdspipes.io.sinks`), complete under its name only when the block succeeds.
-
-    When the block fails the archive is aborted: a path or an object is never created, and
-    standard output or a command is left without the end-of-archive marker, so that whoever
-    reads it sees that it is cut short.
+    :mod:`wdspipes.io.sinks`). Used with ``with``, it is complete under its name only when the
+    block succeeds; when the block fails it is aborted: a path or an object is never created,
+    and standard output or a command is left without the end-of-archive marker, so that
+    whoever reads it sees that it is cut short.
     """
     from wdspipes.write import TarWriter  # numpy and the URL layer: only commands that write
 
-    with TarWriter(output, encoder=False, compress=compress) as writer:
-        yield writer
+    return TarWriter(output, encoder=False, compress=compress)
 
 
 class Stopwatch:
