@@ -256,9 +256,7 @@ def group_by_keys(handler: Handler = reraise_exception) -> Stage:
 def _quiet_walk(stream: ByteStream, url: str, start: int, options: dict[str, bool]) -> Any:
     """The members of a shard from ``start``, read again to restore samples delivered before:
     a missing end-of-archive marker was reported then, and is not again."""
-    walk = TarWalk(stream, url, start, **options)
-    walk.unmarked_end = _already_reported
-    return walk.members()
+    return TarWalk(stream, url, start, unmarked_end=_already_reported, **options).members()
 
 
 def _already_reported(problem: str) -> None:

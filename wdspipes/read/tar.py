@@ -129,9 +129,7 @@ class TarLoader(StageDataPipe[TarMember]):
         options = self.walk_options()
 
         def walk(url: str, stream: ByteStream, start: int) -> Iterator[Member]:
-            tar = TarWalk(stream, url, start, **options)
-            tar.unmarked_end = unmarked_end
-            return tar.members()
+            return TarWalk(stream, url, start, unmarked_end=unmarked_end, **options).members()
 
         return walk
 

@@ -107,13 +107,21 @@ class TarMember(NamedTuple):
     url: str
 
 
+def warn_unmarked(problem: str) -> None:
+    """Warn that a shard ended after a member without the end-of-archive marker."""
+    warnings.warn(
+        NoEndMarkerWarning(f"{problem}: its members were read; strict_end=True refuses it"),
+        stacklevel=4,
+    )
+
+
 def iter_tar(
     stream: ByteStream,
     url: str,
     *,
     ignore_zeros: bool = False,
     strict_end: bool = False,
-    unmarked_end: Callable[[str], None] | None = None,
+    unmarked_end: Callable[[str], None] = warn_unmarked,
 ) -> Iterator[TarMember]:
     """Yield the regular files of the tar archive in ``stream`` (named ``url`` in errors).
 
@@ -134,7 +142,7 @@ def iter_tar(
 
     Warns:
         NoEndMarkerWarning: the shard ends after a member without the end-of-archive marker;
-            every member was read (unless ``unmarked_end`` is given).
+            every member was read (unless another ``unmarked_end`` is given).
 
     Raises:
         TruncatedShardError: the archive ends early, inside a header or a member's data.
@@ -155,21 +163,11 @@ def iter_tar_tuples(
     *,
     ignore_zeros: bool = False,
     strict_end: bool = False,
-    unmarked_end: Callable[[str], None] | None = None,
+    unmarked_end: Callable[[str], None] = warn_unmarked,
 ) -> Iterator[Member]:
     """:func:`iter_tar` yielding plain ``(name, data, offset, url)`` tuples: the fast path."""
-    walk = TarWalk(stream, url, ignore_zeros=ignore_zeros, strict_end=strict_end)
-    if unmarked_end is not None:
-        walk.unmarked_end = unmarked_end
-    return walk.members()
-
-
-def warn_unmarked(problem: str) -> None:
-    """Warn that a shard ended after a member without the end-of-archive marker."""
-    warnings.warn(
-        NoEndMarkerWarning(f"{problem}: its members were read; strict_end=True refuses it"),
-        stacklevel=4,
-    )
+    options = {"ignore_zeros": ignore_zeros, "strict_end": strict_end}
+    return TarWalk(stream, url, unmarked_end=unmarked_end, **options).members()
 
 
 class TarWalk:
@@ -183,13 +181,14 @@ class TarWalk:
         *,
         ignore_zeros: bool = False,
         strict_end: bool = False,
+        unmarked_end: Callable[[str], None] = warn_unmarked,
     ) -> None:
         self.stream = stream
         self.url = url
         self.start = start  # where the walk begins: a member's first header (see skip)
         self.ignore_zeros = ignore_zeros
         self.strict_end = strict_end
-        self.unmarked_end: Callable[[str], None] = warn_unmarked
+        self.unmarked_end = unmarked_end
         """Told when the shard ends after a member without the end-of-archive marker (not
         ``strict_end``): warns by default; a reader grouping samples judges the last one."""
         self.inflated: Inflated | None = None  # the decompressor's output, if compressed
