@@ -198,8 +198,12 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
                 chain if material is None else _with_rng(chain, sample_seed(material, sample))
             )
             try:
+                # Meta entries that are text already (__key__, __url__, __local_path__) pass
+                # without a call: half the entries of a small sample.
                 yield {
-                    field: self._decode(handlers, sample, field, value)
+                    field: value
+                    if field.startswith("__") and not isinstance(value, bytes)
+                    else self._decode(handlers, sample, field, value)
                     for field, value in sample.items()
                 }
             except DecodeError as exn:
