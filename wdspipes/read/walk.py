@@ -61,6 +61,7 @@ __all__ = [
     "TarWalk",
     "iter_tar",
     "iter_tar_tuples",
+    "plain_members",
     "warn_unmarked",
 ]
 
@@ -577,6 +578,58 @@ def _checksum_problem(header: bytes) -> str | None:
     if stored == signed:
         return None
     return f"bad header checksum {stored} (computed {unsigned})"
+
+
+def plain_members(chunk: bytes) -> list[tuple[str, bytes]] | None:
+    """The ``(name, data)`` of the members that fill ``chunk`` (bytes of an archive from a
+    member's first header up to another's), if every header is a plain one as the hot loop of
+    :meth:`TarWalk.members` reads it inline (a valid checksum, a regular file, no extension
+    headers, no name prefix, an octal size); None for anything else, which a :class:`TarWalk`
+    over the chunk reads or reports. For reads of one sample at a known offset.
+
+    >>> import io, tarfile
+    >>> buf = io.BytesIO()
+    >>> with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+    ...     for name in ("a.txt", "a.cls"):
+    ...         info = tarfile.TarInfo(name); info.size = 1
+    ...         tf.addfile(info, io.BytesIO(b"1"))
+    >>> plain_members(buf.getvalue()[:2048])
+    [('a.txt', b'1'), ('a.cls', b'1')]
+    >>> plain_members(buf.getvalue()[:1000]) is None  # cut inside the second member
+    True
+    """
+    members: list[tuple[str, bytes]] = []
+    append = members.append
+    adler32 = zlib.adler32
+    cached = _CHECKSUMS.get
+    view = memoryview(chunk)
+    position = 0
+    length = len(chunk)
+    while position < length:
+        end = position + BLOCK
+        if (
+            end > length
+            or chunk[position + 156] not in _PLAIN
+            or chunk[position + 345]
+            or chunk[position + 135] not in _TERMINATORS
+        ):
+            return None
+        if cached(chunk[position + 148 : position + 156]) != adler32(view[position:end]) & 0xFFFF:
+            header = chunk[position:end]
+            if header == _ZERO_BLOCK or _checksum_problem(header) is not None:
+                return None
+        try:
+            size = int(chunk[position + 124 : position + 135], 8)
+        except ValueError:
+            return None
+        if size < 0:
+            return None
+        name = chunk[position : position + 100].partition(b"\0")[0]
+        position = end + size + (-size % BLOCK)
+        if position > length:
+            return None
+        append((name.decode("utf-8", "surrogateescape"), chunk[end : end + size]))
+    return members
 
 
 def _read_exact(read: Read, size: int, data: bytes | None = None) -> bytes:
