@@ -251,7 +251,7 @@ def _entries(
         if size is not None:
             size = _count(size, f"{what} ({url}): 'filesize'", source)
         dataset = shard.get("dataset")
-        if base:
+        if base and url_scheme(url) != "pipe":  # a command is not a path
             url = merge_url(base, url)
         if source is not None:
             url = _checked_url(url, source, what, allow_commands)

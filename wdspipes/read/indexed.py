@@ -32,6 +32,8 @@ sidecars again); forked workers share them, which ``pread`` allows.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import copy
 import logging
 import operator
 import os
@@ -158,12 +160,11 @@ class IndexedShards:
             IndexError: ``index`` is out of range (negative indices count from the end).
         """
         total = len(self)
-        if index < 0:
-            index += total
-        if not 0 <= index < total:
+        position = index + total if index < 0 else index
+        if not 0 <= position < total:
             raise IndexError(f"sample index {index} out of range: the shards hold {total}")
-        shard = bisect.bisect_right(self.ends, index)
-        return shard, index - (self.ends[shard - 1] if shard else 0)
+        shard = bisect.bisect_right(self.ends, position)
+        return shard, position - (self.ends[shard - 1] if shard else 0)
 
     def __getitem__(self, index: int) -> Sample:
         """Sample ``index``: ``__key__``, ``__url__``, ``__index__`` (``index``),
@@ -260,6 +261,8 @@ class IndexedShards:
             return []
         places = [] if path is None else [sidecar_path(path)]
         if self.cache is not None:
+            with contextlib.suppress(OSError):  # a cache that cannot be made is not used
+                self.cache.make_directory()
             places.append(sidecar_of(self.cache.path(url)))
         return places
 
@@ -464,9 +467,9 @@ class _Shard:
         """A new copy of the error that refuses this shard's samples."""
         error = self._refusal
         assert error is not None
-        copy = type(error)(_problem(error), url=error.url, offset=error.offset)
-        copy.__cause__ = error.__cause__
-        return copy
+        fresh = copy.copy(error)  # its class, message and location, and a traceback of its own
+        fresh.__cause__ = error.__cause__
+        return fresh
 
     def sample(self, inner: int, index: int) -> Sample:
         """Sample ``inner`` of the shard, sample ``index`` of the dataset."""
