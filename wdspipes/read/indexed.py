@@ -47,7 +47,6 @@ from wdspipes.errors import (
     IndexMismatchError,
     ShardError,
     ShardOpenError,
-    TruncatedShardError,
     WdsError,
 )
 from wdspipes.io.cache import DEFAULT_CACHE_SIZE, CacheDir, CacheWriter, ShardCache, sidecar_of
@@ -59,9 +58,8 @@ from wdspipes.read.offsets import (
     SIDECAR_SUFFIX,
     ShardOffsets,
     parse_sidecar,
+    read_sample,
     read_sidecar,
-    sample_dict,
-    sample_members,
     scan_offsets,
     sidecar_path,
     write_sidecar,
@@ -185,11 +183,12 @@ class IndexedShards:
     def shard(self, number: int) -> _Shard:
         """The reader of shard ``number``, opened (and checked against its entry) on first
         use; the least recently used beyond ``lru_size`` are closed."""
-        with self._lock:
-            reader = self._open.get(number)
-            if reader is not None:
-                self._open.move_to_end(number)
-                return reader
+        opened = self._open
+        reader = opened.get(number)  # a lookup and a move are atomic: no lock to find one
+        if reader is not None:
+            with contextlib.suppress(KeyError):  # let go by another thread meanwhile
+                opened.move_to_end(number)
+            return reader
         reader = self._make_reader(number)
         with self._lock:
             self._open[number] = reader
@@ -479,21 +478,15 @@ class _Shard:
         assert offsets is not None and self.source is not None
         if inner >= offsets.samples:
             raise self._past_damage(offsets, inner, index)
-        start, end = offsets.span(inner)
-        url = self.entry.url
         try:
-            chunk = self.source.read_range(start, end - start)
-            if len(chunk) != end - start:
-                raise TruncatedShardError(
-                    f"the shard ends at byte {start + len(chunk)}, inside the sample that "
-                    f"ends at byte {end}: was it changed since its offsets were found?",
-                    url=url,
-                    offset=start + len(chunk),
-                )
-            members = sample_members(
-                chunk, start, offsets, url, inner, ignore_zeros=self.ignore_zeros
+            return read_sample(
+                self.source.read_range,
+                offsets,
+                self.entry.url,
+                inner,
+                index,
+                ignore_zeros=self.ignore_zeros,
             )
-            return sample_dict(members, url, start, index, inner)
         except WdsError as exn:
             self._located(exn, inner, index)
             raise

@@ -56,6 +56,7 @@ import tempfile
 import warnings
 import zlib
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,11 +72,12 @@ from wdspipes.errors import (
     WdsError,
 )
 from wdspipes.io.urls import ByteStream
-from wdspipes.read.walk import BLOCK, TarWalk, plain_members
+from wdspipes.read.walk import BLOCK, TarWalk, plain_header, plain_members
 
 __all__ = [
     "SIDECAR_SUFFIX",
     "ShardOffsets",
+    "read_sample",
     "read_sidecar",
     "sample_dict",
     "sample_members",
@@ -260,6 +262,73 @@ def sample_members(
     if records:
         walk.global_pax = dict(records)
     return [(name, data) for name, data, _, _ in walk.members()]
+
+
+def read_sample(
+    read: Callable[[int, int], bytes],
+    offsets: ShardOffsets,
+    url: str,
+    inner: int,
+    index: int,
+    *,
+    ignore_zeros: bool = False,
+) -> dict[str, Any]:
+    """Sample ``inner`` of shard ``url`` (sample ``index`` of a dataset): one positioned read
+    of its bytes, ``read(start, size)``, made into the sample the grouper makes
+    (:func:`sample_dict`). The common case (plain headers, plain names of one key) is parsed
+    inline; anything else by :func:`sample_members` and :func:`sample_dict`.
+
+    Raises:
+        TarFormatError, TruncatedShardError: the bytes are not whole tar members of one
+            sample, or the shard ends early (the error names the offset in the shard).
+        DuplicateFieldError: a field occurs twice.
+    """
+    start, end = offsets.span(inner)
+    chunk = read(start, end - start)
+    if len(chunk) != end - start:
+        raise TruncatedShardError(
+            f"the shard ends at byte {start + len(chunk)}, inside the sample that ends at byte "
+            f"{end}: was it changed since its offsets were found?",
+            url=url,
+            offset=start + len(chunk),
+        )
+    if not offsets.globals:
+        sample = _plain_sample(chunk, url, index, inner)
+        if sample is not None:
+            return sample
+    members = sample_members(chunk, start, offsets, url, inner, ignore_zeros=ignore_zeros)
+    return sample_dict(members, url, start, index, inner)
+
+
+def _plain_sample(chunk: bytes, url: str, index: int, inner: int) -> dict[str, Any] | None:
+    """The sample in ``chunk`` if its headers are plain and its names are plain names of
+    one key without duplicates; else None."""
+    sample: dict[str, Any] | None = None
+    key = None
+    position = 0
+    length = len(chunk)
+    while position < length:
+        start = position + BLOCK
+        plain = plain_header(chunk[position:start])
+        if plain is None:
+            return None
+        name_bytes, size = plain
+        position = start + size + (-size % BLOCK)
+        if position > length:
+            return None
+        name = name_bytes.decode("utf-8", "surrogateescape")
+        slash = name.rfind("/")
+        dot = name.find(".", slash + 1)
+        if dot <= slash + 1 or "\n" in name or name.startswith("__"):
+            return None
+        field_name = name[dot + 1 :].lower()
+        if sample is None:
+            key = name[:dot]
+            sample = {"__key__": key, "__url__": url, "__index__": index, "__shardindex__": inner}
+        elif name[:dot] != key or field_name in sample:
+            return None
+        sample[field_name] = chunk[start : start + size]
+    return sample
 
 
 def _ends_at_chunk(problem: str) -> None:

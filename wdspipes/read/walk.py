@@ -61,6 +61,7 @@ __all__ = [
     "TarWalk",
     "iter_tar",
     "iter_tar_tuples",
+    "plain_header",
     "plain_members",
     "warn_unmarked",
 ]
@@ -580,12 +581,40 @@ def _checksum_problem(header: bytes) -> str | None:
     return f"bad header checksum {stored} (computed {unsigned})"
 
 
+def plain_header(header: bytes) -> tuple[bytes, int] | None:
+    """The name (as bytes) and data size of a plain header, as the hot loop of
+    :meth:`TarWalk.members` reads it inline (a valid checksum, a regular file, no name prefix,
+    an octal size); None for any other block, which a :class:`TarWalk` reads or reports.
+
+    >>> import tarfile
+    >>> info = tarfile.TarInfo("a.txt"); info.size = 3
+    >>> plain_header(info.tobuf(tarfile.USTAR_FORMAT))
+    (b'a.txt', 3)
+    """
+    if (
+        len(header) != BLOCK
+        or header[156] not in _PLAIN
+        or header[345]
+        or header[135] not in _TERMINATORS
+    ):
+        return None
+    if _CHECKSUMS.get(header[148:156]) != zlib.adler32(header) & 0xFFFF and (
+        header == _ZERO_BLOCK or _checksum_problem(header) is not None
+    ):
+        return None
+    try:
+        size = int(header[124:135], 8)
+    except ValueError:
+        return None
+    if size < 0:
+        return None
+    return header[:100].partition(b"\0")[0], size
+
+
 def plain_members(chunk: bytes) -> list[tuple[str, bytes]] | None:
     """The ``(name, data)`` of the members that fill ``chunk`` (bytes of an archive from a
-    member's first header up to another's), if every header is a plain one as the hot loop of
-    :meth:`TarWalk.members` reads it inline (a valid checksum, a regular file, no extension
-    headers, no name prefix, an octal size); None for anything else, which a :class:`TarWalk`
-    over the chunk reads or reports. For reads of one sample at a known offset.
+    member's first header up to another's), if every header is a :func:`plain_header`; None
+    otherwise. For reads of one sample at a known offset.
 
     >>> import io, tarfile
     >>> buf = io.BytesIO()
@@ -599,36 +628,18 @@ def plain_members(chunk: bytes) -> list[tuple[str, bytes]] | None:
     True
     """
     members: list[tuple[str, bytes]] = []
-    append = members.append
-    adler32 = zlib.adler32
-    cached = _CHECKSUMS.get
-    view = memoryview(chunk)
     position = 0
     length = len(chunk)
     while position < length:
-        end = position + BLOCK
-        if (
-            end > length
-            or chunk[position + 156] not in _PLAIN
-            or chunk[position + 345]
-            or chunk[position + 135] not in _TERMINATORS
-        ):
+        start = position + BLOCK
+        plain = plain_header(chunk[position:start])
+        if plain is None:
             return None
-        if cached(chunk[position + 148 : position + 156]) != adler32(view[position:end]) & 0xFFFF:
-            header = chunk[position:end]
-            if header == _ZERO_BLOCK or _checksum_problem(header) is not None:
-                return None
-        try:
-            size = int(chunk[position + 124 : position + 135], 8)
-        except ValueError:
-            return None
-        if size < 0:
-            return None
-        name = chunk[position : position + 100].partition(b"\0")[0]
-        position = end + size + (-size % BLOCK)
+        name, size = plain
+        position = start + size + (-size % BLOCK)
         if position > length:
             return None
-        append((name.decode("utf-8", "surrogateescape"), chunk[end : end + size]))
+        members.append((name.decode("utf-8", "surrogateescape"), chunk[start : start + size]))
     return members
 
 
