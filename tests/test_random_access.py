@@ -437,7 +437,7 @@ def test_decoding_is_the_streams_decoding(tmp_path: Path) -> None:
     item = [{"url": str(path), "nsamples": 3}]
     streams = list(wds.WebDataset([str(path)], shardshuffle=False).decode("rgb8"))
     for ds in (
-        wds.ShardListDataset(item, decode="rgb8"),
+        wds.ShardListDataset(item, decode=wds.Decoder("rgb8")),
         wds.ShardListDataset(item).map(wds.Decoder("rgb8")),
         wds.ShardListDataset(item).map(wds.Decoder(["rgb8"])),
     ):
@@ -452,7 +452,7 @@ def test_a_dataset_pickles_without_its_open_files(
 ) -> None:
     directory, shards, counts = dataset_dir
     index = write_index(directory / "index.json", shards, counts)
-    ds = wds.ShardListDataset(str(index), decode=())
+    ds = wds.ShardListDataset(str(index), decode=wds.Decoder())
     before = [ds[i] for i in range(len(ds))]
     copy = pickle.loads(pickle.dumps(ds))
     assert [copy[i] for i in range(len(copy))] == before

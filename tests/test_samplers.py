@@ -126,7 +126,7 @@ def dataset(tmp_path: Path) -> wds.ShardListDataset:
             for index in range(count):
                 sink.write({"__key__": f"{number}-{index}", "cls": number * 100 + index})
         shards.append({"url": str(path), "nsamples": count})
-    return wds.ShardListDataset(shards, decode=())
+    return wds.ShardListDataset(shards, decode=wds.Decoder())
 
 
 def labels(batches: Iterator[Any]) -> list[int]:

@@ -9,7 +9,7 @@ docs/guide/random-access.md shows it with DataLoader, StatefulDataLoader and Dat
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from torch.utils.data import IterDataPipe, MapDataPipe
@@ -17,12 +17,10 @@ from torch.utils.data import IterDataPipe, MapDataPipe
 from wdspipes.io.cache import DEFAULT_CACHE_SIZE, CacheDir
 from wdspipes.read.index_file import Index
 from wdspipes.read.indexed import IndexedShards
-from wdspipes.samples.decoders.decoder import Decoder, FieldHandler
 
 __all__ = ["IndexReader", "SamplerIndices", "ShardListDataset", "wids_sample"]
 
 Sample = dict[str, Any]
-Decoding = Decoder | str | FieldHandler | Sequence[str | FieldHandler]
 
 
 class ShardListDataset(MapDataPipe[Sample]):
@@ -46,8 +44,8 @@ class ShardListDataset(MapDataPipe[Sample]):
             ``reshard``, ``create`` and ``wdspipes index`` write), or a list of ``{"url",
             "nsamples"}`` dicts; relative URLs resolve against the index's directory.
         base: resolve relative URLs against this instead.
-        decode: decode each sample: a :class:`~wdspipes.Decoder`, or what ``decode(...)``
-            takes (an image spec such as ``"rgb8"``, a handler, or a list of them).
+        decode: a function applied to each sample, such as a :class:`~wdspipes.Decoder`
+            (``decode=wds.Decoder("rgb8")`` decodes as the ``decode`` stage does).
         cache_dir: where remote shards are fetched (and offsets kept that cannot be written
             beside their local shard).
         cache_size: bytes the cache holds before the least recently used shards go.
@@ -69,7 +67,8 @@ class ShardListDataset(MapDataPipe[Sample]):
     ...     for i in range(5):
     ...         sink.write({"__key__": f"{i:03d}", "cls": i})
     >>> shards = [{"url": pattern % n, "nsamples": c} for n, c in enumerate([2, 2, 1])]
-    >>> ds = ShardListDataset(shards, decode=(), sidecars=False)
+    >>> from wdspipes import Decoder
+    >>> ds = ShardListDataset(shards, decode=Decoder(), sidecars=False)
     >>> len(ds), ds[3]["__key__"], ds[3]["cls"], ds[-1]["__shardindex__"]
     (5, '003', 3, 0)
     >>> ds[5]
@@ -89,7 +88,7 @@ class ShardListDataset(MapDataPipe[Sample]):
         index: Index,
         *,
         base: str | None = None,
-        decode: Decoding | None = None,
+        decode: Callable[[Sample], Sample] | None = None,
         cache_dir: CacheDir | None = None,
         cache_size: int | None = DEFAULT_CACHE_SIZE,
         lru_size: int = 10,
@@ -111,7 +110,9 @@ class ShardListDataset(MapDataPipe[Sample]):
             storage_options=storage_options,
             allow_commands=allow_commands,
         )
-        self.decoder = _as_decoder(decode)
+        if decode is not None and not callable(decode):
+            raise TypeError(f"decode must be a function of a sample, such as a Decoder: {decode!r}")
+        self.decoder = decode
 
     @property
     def lengths(self) -> list[int]:
@@ -146,14 +147,6 @@ class ShardListDataset(MapDataPipe[Sample]):
     def close(self) -> None:
         """Close the open shards (they open again when read)."""
         self.shards.close()
-
-
-def _as_decoder(decode: Decoding | None) -> Decoder | None:
-    if decode is None or isinstance(decode, Decoder):
-        return decode
-    if isinstance(decode, str) or callable(decode):
-        return Decoder(decode)
-    return Decoder(*decode)
 
 
 def wids_sample(sample: Sample) -> Sample:
