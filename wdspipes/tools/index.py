@@ -13,7 +13,8 @@ asked not to, its MD5 sum, as ``widsindex create`` writes them.
 ...     info = tarfile.TarInfo("0.txt"); info.size = 2
 ...     tf.addfile(info, io.BytesIO(b"hi"))
 >>> report = index_shards([os.path.join(directory, "a.tar")], os.path.join(directory, "i.json"))
->>> entry = json.load(open(report.path))["shardlist"][0]
+>>> with open(report.path) as file:
+...     entry = json.load(file)["shardlist"][0]
 >>> entry["url"], entry["nsamples"], report.sidecars
 ('a.tar', 1, 1)
 """

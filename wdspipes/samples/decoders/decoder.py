@@ -297,12 +297,17 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
     ) -> None:
         super().__init__()
         self.source_datapipe = source_datapipe
-        self.decoder = Decoder(*handlers, only=only, partial=partial, trusted=trusted)
+        self.handlers = tuple(_as_handler(h, i) for i, h in enumerate(handlers))
+        self.only = only
+        self.partial = partial
         self.handler = handler
+        self.trusted = trusted
         self.seeding = Seeding(seed)
 
     def __iter__(self) -> Iterator[Sample]:
-        decoder = self.decoder
+        decoder = Decoder(
+            *self.handlers, only=self.only, partial=self.partial, trusted=self.trusted
+        )
         material = self._material() if decoder.draws else None
         for sample in self.source_datapipe:
             try:
