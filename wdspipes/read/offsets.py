@@ -72,7 +72,7 @@ from wdspipes.errors import (
     WdsError,
 )
 from wdspipes.io.urls import ByteStream
-from wdspipes.read.walk import BLOCK, TarWalk, plain_header, plain_members
+from wdspipes.read.walk import BLOCK, TarWalk, plain_members
 
 __all__ = [
     "SIDECAR_SUFFIX",
@@ -274,9 +274,8 @@ def read_sample(
     ignore_zeros: bool = False,
 ) -> dict[str, Any]:
     """Sample ``inner`` of shard ``url`` (sample ``index`` of a dataset): one positioned read
-    of its bytes, ``read(start, size)``, made into the sample the grouper makes
-    (:func:`sample_dict`). The common case (plain headers, plain names of one key) is parsed
-    inline; anything else by :func:`sample_members` and :func:`sample_dict`.
+    of its bytes, ``read(start, size)``, its members parsed (:func:`sample_members`) and made
+    into the sample the grouper makes (:func:`sample_dict`).
 
     Raises:
         TarFormatError, TruncatedShardError: the bytes are not whole tar members of one
@@ -292,43 +291,8 @@ def read_sample(
             url=url,
             offset=start + len(chunk),
         )
-    if not offsets.globals:
-        sample = _plain_sample(chunk, url, index, inner)
-        if sample is not None:
-            return sample
     members = sample_members(chunk, start, offsets, url, inner, ignore_zeros=ignore_zeros)
     return sample_dict(members, url, start, index, inner)
-
-
-def _plain_sample(chunk: bytes, url: str, index: int, inner: int) -> dict[str, Any] | None:
-    """The sample in ``chunk`` if its headers are plain and its names are plain names of
-    one key without duplicates; else None."""
-    sample: dict[str, Any] | None = None
-    key = None
-    position = 0
-    length = len(chunk)
-    while position < length:
-        start = position + BLOCK
-        plain = plain_header(chunk[position:start])
-        if plain is None:
-            return None
-        name_bytes, size = plain
-        position = start + size + (-size % BLOCK)
-        if position > length:
-            return None
-        name = name_bytes.decode("utf-8", "surrogateescape")
-        slash = name.rfind("/")
-        dot = name.find(".", slash + 1)
-        if dot <= slash + 1 or "\n" in name or name.startswith("__"):
-            return None
-        field_name = name[dot + 1 :].lower()
-        if sample is None:
-            key = name[:dot]
-            sample = {"__key__": key, "__url__": url, "__index__": index, "__shardindex__": inner}
-        elif name[:dot] != key or field_name in sample:
-            return None
-        sample[field_name] = chunk[start : start + size]
-    return sample
 
 
 def _ends_at_chunk(problem: str) -> None:
