@@ -110,6 +110,30 @@ def test_every_index_gives_what_wids_gives(
     theirs.close()
 
 
+def test_sub_datasets_give_what_wids_gives(tmp_path: Path) -> None:
+    shards = write_shards(tmp_path / "data", [3, 2, 4])
+    index = tmp_path / "data" / "index.json"
+    index.write_text(
+        json.dumps(
+            {
+                "wids_version": 1,
+                "shardlist": [{"url": "s-0.tar", "nsamples": 3}],
+                "datasets": [
+                    {"name": "extra", "shardlist": [{"url": str(shards[1]), "nsamples": 2}]},
+                    {"shardlist": [{"url": str(shards[2]), "nsamples": 4}]},
+                ],
+            }
+        )
+    )
+    ours = wds.ShardListDataset(str(index))
+    theirs = wids.ShardListDataset(str(index), transformations=[], cache_dir=str(tmp_path / "w"))
+    assert len(ours) == len(theirs) == 9
+    for i in range(9):
+        assert wids_plain(wds.wids_sample(ours[i])) == wids_plain(theirs[i])
+    assert [ours[i].get("__dataset__") for i in (0, 3, 8)] == [None, "extra", None]
+    theirs.close()
+
+
 def test_samples_are_the_streaming_readers_in_shard_order(
     dataset_dir: tuple[Path, list[Path], list[int]],
 ) -> None:
@@ -559,6 +583,72 @@ def test_remote_shards_are_fetched_into_the_cache_once(
     again = wds.ShardListDataset(index_url, cache_dir=tmp_path / "cache")
     assert [again[i] for i in order] == [got[i] for i in order]
     assert [name for name, _ in range_server.requests] == ["index.json"]
+
+
+def test_cached_shards_are_evicted_least_recently_used_with_their_offsets(
+    range_server: RangeServer, tmp_path: Path
+) -> None:
+    index_url, _ = remote_dataset(range_server, [3, 3, 3])
+    cache = tmp_path / "cache"
+    ds = wds.ShardListDataset(index_url, cache_dir=cache, cache_size=1, lru_size=1)
+    for i in (0, 3, 6):  # shard 0, then 1, then 2; one open at a time
+        ds[i]
+
+    def entries() -> list[str]:
+        return sorted(p.name for p in cache.iterdir())
+
+    names = entries()
+    assert [n for n in names if not n.startswith(".")] == sorted(
+        [n for n in names if n.endswith(("s-1.tar", "s-2.tar"))]
+    )
+    assert not any("s-0.tar" in name for name in names)  # its offsets went with it
+    assert sum(name.endswith(".offsets") for name in names) == 2
+    assert ds[1]["__key__"] == "0-0001"  # fetched again
+
+
+@pytest.mark.loaders
+def test_dataloader_workers_fetch_each_remote_shard_once(
+    range_server: RangeServer, tmp_path: Path
+) -> None:
+    from torch.utils.data import DataLoader
+
+    index_url, shards = remote_dataset(range_server, [6, 6])
+    ds = wds.ShardListDataset(index_url, cache_dir=tmp_path / "cache")
+    loader = DataLoader(
+        ds,
+        batch_size=None,
+        sampler=wds.ChunkedSampler(ds, chunksize=12, seed=0, shufflefirst=True),
+        num_workers=2,
+        multiprocessing_context="fork",
+    )
+    keys = sorted(sample["__key__"] for sample in loader)
+    assert keys == sorted(s["__key__"] for s in streamed(shards))
+    fetched = sorted(name for name, _ in range_server.requests if name.endswith(".tar"))
+    assert fetched == ["s-0.tar", "s-1.tar"]
+
+
+def test_shards_in_an_fsspec_store_by_cache_and_by_ranges(tmp_path: Path) -> None:
+    fsspec = pytest.importorskip("fsspec")
+    shards = write_shards(tmp_path / "data", [4, 3])
+    memory = fsspec.filesystem("memory")
+    urls = []
+    for path in shards:
+        url = f"memory://random-access/{path.name}"
+        with fsspec.open(url, "wb") as file:
+            file.write(path.read_bytes())
+        urls.append(url)
+    expected = streamed(shards)
+    try:
+        for options in ({"cache_dir": tmp_path / "cache"}, {"ranged": True}):
+            ds = wds.ShardListDataset(
+                [{"url": u, "nsamples": c} for u, c in zip(urls, [4, 3], strict=True)], **options
+            )
+            for i in (6, 0, 4):
+                got = ds[i]
+                assert got["__url__"] == urls[i >= 4]
+                assert got["bin"] == expected[i]["bin"] and got["__key__"] == expected[i]["__key__"]
+    finally:
+        memory.rm("random-access", recursive=True)
 
 
 def test_remote_shards_need_a_cache_or_ranges(range_server: RangeServer) -> None:

@@ -14,7 +14,10 @@ a URL with a scheme stays as it is. Two differences: a ``"base"`` key in the ind
 ``widsindex create --base`` writes) is used, where wids 0.1.11 ignores it at the top level, and
 a ``pipe:`` URL read from an index file is refused unless ``allow_commands=True``: an index is
 data, and data does not run commands. Sub-datasets (``"datasets": [{"source_url": ...}]`` or
-``[{"shardlist": [...]}]``) are followed one level deep, as wids follows them.
+``[{"shardlist": [...]}]``) are followed one level deep, as wids follows them; the URLs of an
+inline sub-dataset without a ``"base"`` resolve against the index's base (wids leaves them as
+they are, relative to the working directory), and their samples carry the sub-dataset's name
+as ``__dataset__``.
 
 >>> entries = load_index([{"url": "a.tar", "nsamples": 3}, {"url": "b.tar", "nsamples": 2}],
 ...                      base="/data")

@@ -61,6 +61,7 @@ from wdspipes.read.offsets import (
     read_sample,
     read_sidecar,
     scan_offsets,
+    sidecar_limit,
     sidecar_path,
     write_sidecar,
 )
@@ -72,7 +73,6 @@ log = logging.getLogger(__name__)
 Sample = dict[str, Any]
 
 _WAIT = 0.05  # seconds between looks at a shard another reader is fetching
-_SIDECAR_LIMIT = 1 << 30  # bytes of a remote sidecar read at most
 
 
 class IndexedShards:
@@ -387,17 +387,18 @@ class IndexedShards:
     def _remote_sidecar(self, entry: ShardEntry, size: int) -> ShardOffsets | None:
         """The sidecar beside a remote shard (``URL.wdsidx``), if there is a valid one."""
         url = entry.url + SIDECAR_SUFFIX
+        limit = sidecar_limit(size)
         try:
             stream = open_url(url, storage_options=self.storage_options)
         except WdsError:
             return None
         try:
-            data = stream.read(_SIDECAR_LIMIT + 1)
+            data = stream.read(limit + 1)
         except WdsError:
             return None
         finally:
             close_quietly(stream)
-        if len(data) > _SIDECAR_LIMIT:
+        if len(data) > limit:
             return None
         return parse_sidecar(data, url, size, None, entry.samples)
 
@@ -479,7 +480,7 @@ class _Shard:
         if inner >= offsets.samples:
             raise self._past_damage(offsets, inner, index)
         try:
-            return read_sample(
+            sample = read_sample(
                 self.source.read_range,
                 offsets,
                 self.entry.url,
@@ -487,6 +488,9 @@ class _Shard:
                 index,
                 ignore_zeros=self.ignore_zeros,
             )
+            if self.entry.dataset is not None:
+                sample["__dataset__"] = self.entry.dataset
+            return sample
         except WdsError as exn:
             self._located(exn, inner, index)
             raise

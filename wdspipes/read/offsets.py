@@ -82,6 +82,7 @@ __all__ = [
     "sample_dict",
     "sample_members",
     "scan_offsets",
+    "sidecar_limit",
     "sidecar_path",
     "write_sidecar",
 ]
@@ -402,6 +403,12 @@ def write_sidecar(path: str, offsets: ShardOffsets) -> bool:
     return True
 
 
+def sidecar_limit(size: int) -> int:
+    """The most bytes a valid sidecar of a shard of ``size`` bytes can hold: its header line
+    and an offset for each 512-byte block the shard has room for."""
+    return len(_MAGIC) + _HEADER_LIMIT + 8 * (size // BLOCK + 2)
+
+
 def read_sidecar(
     path: str, size: int, mtime_ns: int | None, samples: int | None = None
 ) -> ShardOffsets | None:
@@ -414,8 +421,7 @@ def read_sidecar(
     try:
         with open(path, "rb") as file:
             length = os.fstat(file.fileno()).st_size
-            most = len(_MAGIC) + _HEADER_LIMIT + 8 * (size // BLOCK + 2)
-            if length > most:
+            if length > sidecar_limit(size):
                 return _invalid(path, f"{length} bytes, more than a shard of {size} can need")
             data = file.read(length)
     except FileNotFoundError:

@@ -31,7 +31,8 @@ class ShardListDataset(MapDataPipe[Sample]):
     Sample ``i`` is the ``i``-th in shard order (the shards in the index's order, the samples
     of each as the streaming readers give them): a dict with ``__key__``, ``__url__``,
     ``__index__`` (``i``), ``__shardindex__`` (its number in its shard), then its fields as
-    bytes (decoded if ``decode`` is given). wids keys fields with a leading dot and gives
+    bytes (decoded if ``decode`` is given), and ``__dataset__`` for the shards of a named
+    sub-dataset of the index. wids keys fields with a leading dot and gives
     ``io.BytesIO`` values: ``ds.map(wids_sample)`` gives wids' form.
 
     Reading a sample is one positioned read of its bytes; remote shards are fetched into the
