@@ -229,14 +229,14 @@ def test_an_index_file_resolves_against_its_directory_and_base(tmp_path: Path) -
         json.dumps(
             {
                 "wids_version": 1,
-                "shardlist": [{"url": "a.tar", "nsamples": 2, "filesize": 10}],
+                "shardlist": [{"url": "a.tar", "nsamples": 2, "filesize": 10240}],
                 "datasets": [{"name": "extra", "shardlist": [{"url": "b.tar", "nsamples": 1}]}],
             }
         )
     )
     entries = load_index(str(index))
     assert [(e.url, e.samples, e.size, e.dataset) for e in entries] == [
-        (f"{tmp_path}/d/a.tar", 2, 10, None),
+        (f"{tmp_path}/d/a.tar", 2, 10240, None),
         (f"{tmp_path}/d/b.tar", 1, None, "extra"),
     ]
     assert load_index(str(index), base="/elsewhere")[0].url == "/elsewhere/a.tar"
@@ -258,6 +258,10 @@ def test_an_index_file_resolves_against_its_directory_and_base(tmp_path: Path) -
         ('{"wids_version": 1, "shardlist": [{"url": "a.tar"}]}', "'nsamples' must be"),
         ('{"wids_version": 1, "shardlist": [{"url": "a.tar", "nsamples": -1}]}', "must be"),
         ('{"wids_version": 1, "shardlist": [{"url": 3, "nsamples": 1}]}', "no URL string"),
+        (
+            '{"wids_version": 1, "shardlist": [{"url": "a", "nsamples": 3, "filesize": 1024}]}',
+            "3 samples cannot fit in 1024 bytes",
+        ),
         (
             '{"wids_version": 1, "shardlist": [{"url": "a", "nsamples": 1, "filesize": "9"}]}',
             "'filesize'",
@@ -649,6 +653,20 @@ def test_shards_in_an_fsspec_store_by_cache_and_by_ranges(tmp_path: Path) -> Non
                 assert got["bin"] == expected[i]["bin"] and got["__key__"] == expected[i]["__key__"]
     finally:
         memory.rm("random-access", recursive=True)
+
+
+def test_a_shard_that_cannot_be_opened_is_tried_again_at_the_next_read(
+    range_server: RangeServer, tmp_path: Path
+) -> None:
+    index_url, shards = remote_dataset(range_server, [3])
+    data = shards[0].read_bytes()
+    shards[0].unlink()
+    ds = wds.ShardListDataset(index_url, cache_dir=tmp_path / "cache")
+    with pytest.raises(wds.ShardOpenError, match="404") as caught:
+        ds[1]
+    assert f"{range_server.url}/s-0.tar" in str(caught.value) and "sample 1" in str(caught.value)
+    shards[0].write_bytes(data)  # the store answers again
+    assert ds[1]["__key__"] == "0-0001"
 
 
 def test_remote_shards_need_a_cache_or_ranges(range_server: RangeServer) -> None:

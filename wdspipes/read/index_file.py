@@ -41,6 +41,8 @@ from wdspipes.errors import ShardIndexError
 from wdspipes.io.local import url_scheme
 from wdspipes.io.urls import open_url
 
+BLOCK = 512  # bytes of a tar header
+
 __all__ = [
     "INDEX_KIND",
     "INDEX_LIMIT",
@@ -253,6 +255,10 @@ def _entries(
         size = shard.get("filesize")
         if size is not None:
             size = _count(size, f"{what} ({url}): 'filesize'", source)
+            if samples > size // BLOCK:  # a sample takes one 512-byte header at least
+                raise ShardIndexError(
+                    f"{what} ({url}): {samples} samples cannot fit in {size} bytes", url=source
+                )
         dataset = shard.get("dataset")
         if base and url_scheme(url) != "pipe":  # a command is not a path
             url = merge_url(base, url)

@@ -178,7 +178,12 @@ class IndexedShards:
         shard, inner = self.locate(index)
         if index < 0:
             index += len(self)
-        return self.shard(shard).sample(inner, index)
+        try:
+            reader = self.shard(shard)
+        except WdsError as exn:
+            exn.add_detail(f"reading sample {index} (sample {inner} of the shard)")
+            raise
+        return reader.sample(inner, index)
 
     def shard(self, number: int) -> _Shard:
         """The reader of shard ``number``, opened (and checked against its entry) on first
@@ -199,10 +204,7 @@ class IndexedShards:
 
     def offsets(self, number: int) -> ShardOffsets:
         """The offsets of shard ``number`` (opening it if needed)."""
-        reader = self.shard(number)
-        if reader.offsets is None:
-            raise reader.refusal
-        return reader.offsets
+        return self.shard(number).offsets
 
     def close(self) -> None:
         """Close every open shard (they open again when read)."""
@@ -210,15 +212,15 @@ class IndexedShards:
             self._open.clear()
 
     def _make_reader(self, number: int) -> _Shard:
+        """A reader of shard ``number``. A shard that cannot be opened or fetched raises (and
+        is tried again at the next read); one that is damaged or does not match its entry
+        gives a reader that says so for the samples it cannot serve."""
         entry = self.entries[number]
-        try:
-            if local_path(entry.url) is not None:
-                return self._local(entry, number)
-            if self.ranged:
-                return self._ranged(entry, number)
-            return self._cached(entry, number)
-        except WdsError as exn:
-            return _Shard(entry, None, None, self.ignore_zeros, exn)
+        if local_path(entry.url) is not None:
+            return self._local(entry, number)
+        if self.ranged:
+            return self._ranged(entry, number)
+        return self._cached(entry, number)
 
     # --- local shards ----------------------------------------------------------------------
 
@@ -451,7 +453,7 @@ class _Shard:
     def __init__(
         self,
         entry: ShardEntry,
-        offsets: ShardOffsets | None,
+        offsets: ShardOffsets,
         source: _Source | None,
         ignore_zeros: bool,
         refusal: WdsError | None = None,
@@ -476,7 +478,7 @@ class _Shard:
         offsets = self.offsets
         if self._refusal is not None:
             raise self._located(self.refusal, inner, index)
-        assert offsets is not None and self.source is not None
+        assert self.source is not None
         if inner >= offsets.samples:
             raise self._past_damage(offsets, inner, index)
         try:
