@@ -429,7 +429,7 @@ def test_a_shard_damaged_after_its_offsets_were_found_is_an_error_not_a_sample(
     ("entry", "message"),
     [
         ({"nsamples": 5}, "6 samples where the index says 5"),
-        ({"nsamples": 6, "filesize": 100}, "bytes where the index says 100"),
+        ({"nsamples": 6, "filesize": 10**6}, "bytes where the index says 1000000"),
     ],
 )
 def test_a_shard_that_differs_from_its_index_entry_is_refused(
