@@ -102,7 +102,7 @@ def open_ranges(url: str, storage_options: Mapping[str, Any] | None = None) -> R
     """
     path = local_path(url)
     if path is not None:
-        return LocalRanges(path, url)
+        return LocalRanges.open(path, url)
     scheme = url_scheme(url)
     if scheme in ("http", "https"):
         return HttpRanges(url, url)
@@ -120,14 +120,28 @@ def open_ranges(url: str, storage_options: Mapping[str, Any] | None = None) -> R
 
 
 class LocalRanges:
-    """Ranges of a local file, by ``os.pread`` on a descriptor opened once."""
+    """Ranges of a local file, by ``os.pread`` on the descriptor ``fd``, which it owns: it is
+    closed by :meth:`close`, or once nothing refers to the reader any more (a read under way
+    keeps it open after the reader is let go)."""
 
-    def __init__(self, path: str, url: str) -> None:
+    __slots__ = ("fd", "url")
+
+    def __init__(self, fd: int, url: str) -> None:
+        self.fd: int | None = fd
         self.url = url
+
+    @classmethod
+    def open(cls, path: str, url: str) -> LocalRanges:
+        """The ranges of the file at ``path`` (the shard ``url``).
+
+        Raises:
+            ShardOpenError: it cannot be opened (also the ``OSError`` subclass it raised).
+        """
         try:
-            self.fd: int | None = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exn:
             raise ShardOpenError.like(exn)(f"cannot open: {exn.strerror}", url=url) from exn
+        return cls(fd, url)
 
     def read_range(self, start: int, size: int) -> bytes:
         if self.fd is None:
@@ -146,8 +160,7 @@ class LocalRanges:
             os.close(fd)
 
     def __del__(self) -> None:
-        if getattr(self, "fd", None) is not None:
-            self.close()
+        self.close()
 
 
 class HttpRanges:

@@ -51,7 +51,7 @@ from wdspipes.errors import (
 )
 from wdspipes.io.cache import DEFAULT_CACHE_SIZE, CacheDir, CacheWriter, ShardCache, sidecar_of
 from wdspipes.io.local import local_path
-from wdspipes.io.ranges import RangeReader, has_ranges, open_ranges
+from wdspipes.io.ranges import LocalRanges, RangeReader, has_ranges, open_ranges
 from wdspipes.io.urls import ByteStream, close_quietly, open_url
 from wdspipes.read.index_file import Index, ShardEntry, load_index
 from wdspipes.read.offsets import (
@@ -226,11 +226,9 @@ class IndexedShards:
 
     def _local(self, entry: ShardEntry, number: int) -> _Shard:
         path = local_path(entry.url) or entry.url
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exn:
-            raise ShardOpenError.like(exn)(f"cannot open: {exn.strerror}", url=entry.url) from exn
-        file = _File(fd)
+        file = LocalRanges.open(path, entry.url)
+        fd = file.fd
+        assert fd is not None  # open
         info = os.fstat(fd)
         offsets = self._offsets.get(number)
         if offsets is None or (offsets.size, offsets.mtime_ns) != (info.st_size, info.st_mtime_ns):
@@ -296,14 +294,16 @@ class IndexedShards:
             fetched = self._fetch(entry, cache)
             if fetched is not None and fetched.damage is not None:
                 return self._damaged_remote(entry, fetched)
-        file = _File(os.dup(located.stream.fileno()))  # type: ignore[attr-defined]
-        located.close()  # the duplicate holds the entry's shared lock
-        size = os.fstat(file.fd).st_size
+        # The duplicate holds the entry's shared lock (no eviction) while the reader lives.
+        fd = os.dup(located.stream.fileno())  # type: ignore[attr-defined]
+        located.close()
+        file = LocalRanges(fd, url)
+        size = os.fstat(fd).st_size
         offsets = self._offsets.get(number)
         if offsets is None or offsets.size != size:
             offsets = fetched if fetched is not None and fetched.size == size else None
             if offsets is None:
-                offsets = self._entry_offsets(entry, cache, file.fd, size)
+                offsets = self._entry_offsets(entry, cache, fd, size)
             self._offsets[number] = offsets
         return self._checked(entry, offsets, file)
 
@@ -428,22 +428,6 @@ class IndexedShards:
 
 class _Source(Protocol):
     def read_range(self, start: int, size: int) -> bytes: ...
-
-
-class _File:
-    """A descriptor of a shard file, read by ``os.pread``; closed when no longer referenced
-    (a sample being read keeps its shard's file open after the LRU lets it go)."""
-
-    __slots__ = ("fd",)
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def read_range(self, start: int, size: int) -> bytes:
-        return os.pread(self.fd, size, start)
-
-    def __del__(self) -> None:
-        os.close(self.fd)
 
 
 class _Shard:
