@@ -50,6 +50,7 @@ def cases(directory: Path) -> dict[str, list[str]]:
         "wdspipes --version": ["--version"],
         "wdspipes create OUT DIR": ["create", str(directory / "out.tar"), str(tree)],
         "wdspipes info SHARD": ["info", shard],
+        "wdspipes index SHARD -o INDEX": ["index", shard, "-o", str(directory / "index.json")],
         "wdspipes cat SHARD -o OUT": ["cat", shard, "-o", str(directory / "copy.tar")],
         "wdspipes reshard SHARD -o PATTERN": [
             "reshard",

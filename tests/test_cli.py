@@ -387,6 +387,7 @@ def test_help_create_and_info_start_without_torch(tmp_path: Path) -> None:
         ["reshard", "--help"],
         ["create", long_name, "src"],
         ["info", long_name],
+        ["index", long_name, "-o", "index.json"],
     ):
         result = run_watched(*args, cwd=tmp_path)
         assert result.returncode == 0, (args, result.stderr)

@@ -42,11 +42,13 @@ __all__ = [
     "DuplicateFieldError",
     "EncodeError",
     "Handler",
+    "IndexMismatchError",
     "MissingFieldError",
     "NoEndMarkerWarning",
     "ResumeError",
     "SampleError",
     "ShardError",
+    "ShardIndexError",
     "ShardItemError",
     "ShardOpenError",
     "ShardWriteError",
@@ -192,6 +194,18 @@ class TruncatedShardError(TarFormatError):
 class DataAfterEndError(TarFormatError):
     """Bytes other than zeros follow a shard's end-of-archive marker: archives joined with
     ``cat``, or a header zeroed by damage. ``ignore_zeros=True`` reads on past zero blocks."""
+
+
+class ShardIndexError(ShardError, ValueError):
+    """The shards' index (wids' ``wids-shard-index-v1`` JSON, or a list of ``{"url",
+    "nsamples"}`` dicts) cannot be used: not JSON, a missing or malformed entry, a URL that
+    would run a command. A ``ValueError``, as the arguments of a dataset are."""
+
+
+class IndexMismatchError(ShardIndexError):
+    """A shard is not what its entry in the shards' index says: another size in bytes or
+    another number of samples. Reading by index would give other samples than the index
+    numbers; the message names both values."""
 
 
 class ResumeError(ValueError):

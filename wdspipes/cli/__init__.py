@@ -1,5 +1,5 @@
-"""The ``wdspipes`` command: create, inspect, concatenate, reshard and view WebDataset shards,
-and the demo.
+"""The ``wdspipes`` command: create, inspect, concatenate, reshard, index and view WebDataset
+shards, and the demo.
 
 Every failure is reported here, once: bad arguments as click's usage message (exit status
 2); bad input (a missing file, a file that is not a tar archive, a truncated shard, ...) as
@@ -27,6 +27,7 @@ from wdspipes.cli.cat import cat
 from wdspipes.cli.common import PROG, describe_error, error_line
 from wdspipes.cli.create import create
 from wdspipes.cli.demo import demo
+from wdspipes.cli.index import index
 from wdspipes.cli.info import info
 from wdspipes.cli.reshard import reshard
 from wdspipes.cli.show import show
@@ -45,16 +46,16 @@ EXIT_INTERRUPTED = 130
 )
 @click.version_option(__version__, "-V", "--version", prog_name=PROG)
 def cli() -> None:
-    """Create, inspect, concatenate, reshard and view WebDataset shards (tar files in which
-    the files that share a basename form one sample); demo trains a small model on shards it
-    writes.
+    """Create, inspect, concatenate, reshard, index and view WebDataset shards (tar files in
+    which the files that share a basename form one sample); demo trains a small model on
+    shards it writes.
 
     Shard arguments are wdspipes shard specs: local paths, file: and pipe: URLs, - for
     standard input, with brace expansion (train-{000..009}.tar) and :: to join specs.
     """
 
 
-for _command in (create, info, cat, reshard, show, demo):
+for _command in (create, info, cat, reshard, index, show, demo):
     cli.add_command(_command)
 
 

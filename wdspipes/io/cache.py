@@ -68,6 +68,7 @@ __all__ = [
     "StorageOptions",
     "entry_name",
     "opener_options",
+    "sidecar_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -178,6 +179,24 @@ class ShardCache:
             _unlock(lock, _aux(path, "lock"))
             raise
         return CacheWriter(source, url, path, lock, self)
+
+    def open_entry(self, url: str) -> Located | None:
+        """The complete entry of ``url``, opened and marked as used, or None. Until it is
+        closed its reader holds a shared lock on it, so that it is not evicted meanwhile."""
+        return _open_entry(self.path(url), url)
+
+    def is_fetching(self, url: str) -> bool:
+        """Whether another reader is fetching ``url`` into the cache right now (holds the
+        entry's lock)."""
+        lock_path = _aux(self.path(url), "lock")
+        try:
+            lock = _try_lock(lock_path)
+        except OSError:
+            return False
+        if lock is None:
+            return True
+        _unlock(lock, lock_path)
+        return False
 
     def evict(self, keep: str | None = None) -> None:
         """Remove least recently used entries until the cache holds ``cache_size`` bytes at
@@ -386,6 +405,12 @@ def _open_entry(path: str, url: str) -> Located | None:
     return Located(file, path)
 
 
+def sidecar_of(path: str) -> str:
+    """The file of the entry at ``path`` that holds its samples' offsets (see
+    :mod:`wdspipes.read.offsets`): hidden, removed with the entry."""
+    return _aux(path, "offsets")
+
+
 def _read_meta(path: str) -> object:
     try:
         with open(_aux(path, "meta"), "rb") as meta:
@@ -395,8 +420,8 @@ def _read_meta(path: str) -> object:
 
 
 def _remove_entry(path: str) -> None:
-    """Remove an entry's data and meta file, where they exist."""
-    for name in (path, _aux(path, "meta")):
+    """Remove an entry's data, meta file and offsets, where they exist."""
+    for name in (path, _aux(path, "meta"), sidecar_of(path)):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(name)
             if name == path:

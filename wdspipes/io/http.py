@@ -70,6 +70,7 @@ __all__ = [
     "close_connections",
     "open_ais",
     "open_http",
+    "pool_manager",
 ]
 
 log = logging.getLogger(__name__)
@@ -440,6 +441,12 @@ def _pool_manager() -> urllib3.PoolManager:
                 _inherited.append(_pool[1])
             _pool = (pid, urllib3.PoolManager(maxsize=POOL_SIZE, block=False))
         return _pool[1]
+
+
+def pool_manager() -> urllib3.PoolManager:
+    """This process's connection pool, for other requests than a shard's stream (the ranged
+    reads of :mod:`wdspipes.io.ranges`)."""
+    return _pool_manager()
 
 
 def _forget_lock_after_fork() -> None:

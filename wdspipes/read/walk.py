@@ -61,6 +61,8 @@ __all__ = [
     "TarWalk",
     "iter_tar",
     "iter_tar_tuples",
+    "plain_header",
+    "plain_members",
     "warn_unmarked",
 ]
 
@@ -577,6 +579,68 @@ def _checksum_problem(header: bytes) -> str | None:
     if stored == signed:
         return None
     return f"bad header checksum {stored} (computed {unsigned})"
+
+
+def plain_header(header: bytes) -> tuple[bytes, int] | None:
+    """The name (as bytes) and data size of a plain header, as the hot loop of
+    :meth:`TarWalk.members` reads it inline (a valid checksum, a regular file, no name prefix,
+    an octal size); None for any other block, which a :class:`TarWalk` reads or reports.
+
+    >>> import tarfile
+    >>> info = tarfile.TarInfo("a.txt"); info.size = 3
+    >>> plain_header(info.tobuf(tarfile.USTAR_FORMAT))
+    (b'a.txt', 3)
+    """
+    if (
+        len(header) != BLOCK
+        or header[156] not in _PLAIN
+        or header[345]
+        or header[135] not in _TERMINATORS
+    ):
+        return None
+    if _CHECKSUMS.get(header[148:156]) != zlib.adler32(header) & 0xFFFF and (
+        header == _ZERO_BLOCK or _checksum_problem(header) is not None
+    ):
+        return None
+    try:
+        size = int(header[124:135], 8)
+    except ValueError:
+        return None
+    if size < 0:
+        return None
+    return header[:100].partition(b"\0")[0], size
+
+
+def plain_members(chunk: bytes) -> list[tuple[str, bytes]] | None:
+    """The ``(name, data)`` of the members that fill ``chunk`` (bytes of an archive from a
+    member's first header up to another's), if every header is a :func:`plain_header`; None
+    otherwise. For reads of one sample at a known offset.
+
+    >>> import io, tarfile
+    >>> buf = io.BytesIO()
+    >>> with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+    ...     for name in ("a.txt", "a.cls"):
+    ...         info = tarfile.TarInfo(name); info.size = 1
+    ...         tf.addfile(info, io.BytesIO(b"1"))
+    >>> plain_members(buf.getvalue()[:2048])
+    [('a.txt', b'1'), ('a.cls', b'1')]
+    >>> plain_members(buf.getvalue()[:1000]) is None  # cut inside the second member
+    True
+    """
+    members: list[tuple[str, bytes]] = []
+    position = 0
+    length = len(chunk)
+    while position < length:
+        start = position + BLOCK
+        plain = plain_header(chunk[position:start])
+        if plain is None:
+            return None
+        name, size = plain
+        position = start + size + (-size % BLOCK)
+        if position > length:
+            return None
+        members.append((name.decode("utf-8", "surrogateescape"), chunk[start : start + size]))
+    return members
 
 
 def _read_exact(read: Read, size: int, data: bytes | None = None) -> bytes:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import random
 import re
@@ -39,7 +38,6 @@ from typing import Any
 
 from wdspipes.core.datapipe import Sample
 from wdspipes.io.local import local_path
-from wdspipes.io.sinks import open_sink
 from wdspipes.read.specs import ShardSpec, expand_urls
 from wdspipes.tools.buckets import (
     LOAD_LIMIT,
@@ -58,6 +56,7 @@ from wdspipes.tools.buckets import (
     total_size,
     write_samples,
 )
+from wdspipes.tools.index import index_entry_url, write_index
 from wdspipes.tools.progress import byte_bar
 from wdspipes.write.shards import check_pattern
 
@@ -408,24 +407,14 @@ def write_manifest(pattern: str, shards: list[str], counts: list[int]) -> str:
     :func:`manifest_path`, under a temporary name renamed when complete; its path.
 
     The index is wids' shard index (``"__kind__": "wids-shard-index-v1"``), which webdataset's
-    indexed datasets read: each shard's name relative to the index, its samples and bytes."""
+    indexed datasets read: each shard's name relative to the index, its samples and bytes
+    (see :mod:`wdspipes.tools.index`)."""
     path = manifest_path(pattern)
-    directory = os.path.dirname(path)
-    index = {
-        "__kind__": "wids-shard-index-v1",
-        "wids_version": 1,
-        "name": os.path.splitext(os.path.basename(path))[0],
-        "shardlist": [
-            {
-                "url": os.path.relpath(shard, directory or "."),
-                "nsamples": count,
-                "filesize": os.path.getsize(shard),
-            }
-            for shard, count in zip(shards, counts, strict=True)
-        ],
-    }
-    with open_sink(path) as sink:
-        sink.write((json.dumps(index, indent=2) + "\n").encode())
+    entries = [
+        {"url": index_entry_url(shard, path), "nsamples": count, "filesize": os.path.getsize(shard)}
+        for shard, count in zip(shards, counts, strict=True)
+    ]
+    write_index(path, entries, name=os.path.splitext(os.path.basename(path))[0])
     return path
 
 

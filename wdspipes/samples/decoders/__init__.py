@@ -2,6 +2,7 @@
 
 from wdspipes.samples.decoders.basic import BasicDecoder, Continue, UntrustedDataError, gunzip
 from wdspipes.samples.decoders.decoder import (
+    Decoder,
     ExtensionHandler,
     SampleDecoder,
     decode,
@@ -15,6 +16,7 @@ __all__ = [
     "IMAGE_SPECS",
     "BasicDecoder",
     "Continue",
+    "Decoder",
     "ExtensionHandler",
     "ImageDecoder",
     "RandomResizedCrop",

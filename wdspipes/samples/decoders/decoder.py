@@ -15,6 +15,7 @@ sample gets a generator in the same state (an image and its mask of one size cro
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -29,7 +30,14 @@ from wdspipes.errors import DecodeError, Handler, handle, reraise_exception, sam
 from wdspipes.samples.decoders.basic import BasicDecoder, Continue, gunzip
 from wdspipes.samples.decoders.images import ImageDecoder
 
-__all__ = ["ExtensionHandler", "SampleDecoder", "decode", "decode_field", "handle_extension"]
+__all__ = [
+    "Decoder",
+    "ExtensionHandler",
+    "SampleDecoder",
+    "decode",
+    "decode_field",
+    "handle_extension",
+]
 
 FieldHandler = Callable[[str, bytes], Any]
 
@@ -119,9 +127,118 @@ class _Drawing:
         return self.handler(key, data, random.Random(self.seed))  # type: ignore[call-arg]
 
 
+class Decoder:
+    """Decode the fields of one sample: what the ``decode`` stage does to each sample, as a
+    function of the sample, for map-style datasets (``ds.map(Decoder("rgb8"))``, or
+    ``ShardListDataset(index, decode=...)``). One vocabulary: the stage decodes through one.
+
+    Args:
+        *handlers: as ``decode``'s: image specs and ``(key, data)`` handlers (one list of
+            them, as webdataset's ``Decoder([...])`` takes, is the same).
+        only: field names to decode; the others pass through untouched.
+        partial: let fields that are not bytes (decoded already) pass.
+        trusted: allow pickle fields and a full ``torch.load``.
+        seed: fixes the generators of random handlers (an ``ImageDecoder`` with ``crop=``):
+            each sample's draws then depend on the seed, the epoch (:meth:`set_epoch`), its
+            ``__url__`` and its ``__key__``; without a seed they are fresh each call.
+
+    Raises:
+        ValueError: an unknown image spec.
+        DecodeError: (when called) a field cannot be decoded; it names URL, key and field.
+
+    >>> decoder = Decoder()
+    >>> decoder({"__key__": "0", "cls": b"3", "txt": b"hi", "x": b"?"})
+    {'__key__': '0', 'cls': 3, 'txt': 'hi', 'x': b'?'}
+    """
+
+    def __init__(
+        self,
+        *handlers: str | FieldHandler | Sequence[str | FieldHandler],
+        only: str | Iterable[str] | None = None,
+        partial: bool = False,
+        trusted: bool = False,
+        seed: int | None = None,
+    ) -> None:
+        if len(handlers) == 1 and isinstance(handlers[0], list | tuple):
+            handlers = tuple(handlers[0])
+        if seed is not None and type(seed) is not int:
+            raise TypeError(f"seed must be an int or None, got {seed!r}")
+        self.handlers = tuple(_as_handler(h, i) for i, h in enumerate(handlers))  # type: ignore[arg-type]
+        self.only = (
+            None if only is None else frozenset(only.split() if isinstance(only, str) else only)
+        )
+        self.partial = partial
+        self.trusted = trusted
+        self.seed = seed
+        self.epoch = 0
+        self.chain: tuple[FieldHandler, ...] = (gunzip, *self.handlers, BasicDecoder(trusted))
+        self.draws = any(map(_takes_rng, self.chain))
+
+    def __repr__(self) -> str:
+        return f"Decoder({', '.join(map(repr, self.handlers))})"
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the draws of random handlers those of epoch ``epoch`` (with a ``seed``)."""
+        self.epoch = epoch
+
+    def __call__(self, sample: Sample) -> Sample:
+        material: tuple[object, ...] | None = None
+        if self.draws:
+            material = (
+                ("seed", self.seed, self.epoch)
+                if self.seed is not None
+                else ("entropy", os.urandom(16).hex())
+            )
+        return self.decode(sample, material)
+
+    def decode(self, sample: Sample, material: tuple[object, ...] | None) -> Sample:
+        """The sample decoded; random handlers draw from generators seeded with
+        ``material`` and the sample's URL and key (see :func:`sample_seed`)."""
+        chain = (
+            self.chain if material is None else _with_rng(self.chain, sample_seed(material, sample))
+        )
+        # Meta entries that are text already (__key__, __url__, __local_path__) pass
+        # without a call: half the entries of a small sample.
+        return {
+            field: value
+            if field.startswith("__") and not isinstance(value, bytes)
+            else self._decode(chain, sample, field, value)
+            for field, value in sample.items()
+        }
+
+    def _decode(
+        self,
+        chain: Sequence[FieldHandler],
+        sample: Sample,
+        field: str,
+        value: Any,
+    ) -> Any:
+        try:
+            if field.startswith("__"):
+                return value.decode("utf-8") if isinstance(value, bytes) else value
+            if self.only is not None and field not in self.only:
+                return value
+            if not isinstance(value, bytes):
+                if self.partial:
+                    return value
+                raise TypeError(
+                    f"the value is a {type(value).__name__}, not bytes: decoded already? "
+                    "(decode(..., partial=True) passes such fields through)"
+                )
+            return _run_chain(chain, "." + field, value)
+        except Exception as exn:
+            raise DecodeError(
+                f"cannot decode: {type(exn).__name__}: {exn}",
+                field=field,
+                **sample_location(sample),
+            ) from exn
+
+
 @functional_stage("decode")
 class SampleDecoder(SeededStage, StageDataPipe[Sample]):
     """Decode the fields of each sample (functional name: ``decode``).
+
+    Each sample goes through a :class:`Decoder` made of the arguments.
 
     Args:
         source_datapipe: yields sample dicts of bytes.
@@ -181,31 +298,20 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
         super().__init__()
         self.source_datapipe = source_datapipe
         self.handlers = tuple(_as_handler(h, i) for i, h in enumerate(handlers))
-        self.only = (
-            None if only is None else frozenset(only.split() if isinstance(only, str) else only)
-        )
+        self.only = only
         self.partial = partial
         self.handler = handler
         self.trusted = trusted
         self.seeding = Seeding(seed)
 
     def __iter__(self) -> Iterator[Sample]:
-        chain: tuple[FieldHandler, ...] = (gunzip, *self.handlers, BasicDecoder(self.trusted))
-        material = self._material(chain)
+        decoder = Decoder(
+            *self.handlers, only=self.only, partial=self.partial, trusted=self.trusted
+        )
+        material = self._material() if decoder.draws else None
         for sample in self.source_datapipe:
-            # Handlers that draw get one generator state per sample, made once here.
-            handlers = (
-                chain if material is None else _with_rng(chain, sample_seed(material, sample))
-            )
             try:
-                # Meta entries that are text already (__key__, __url__, __local_path__) pass
-                # without a call: half the entries of a small sample.
-                yield {
-                    field: value
-                    if field.startswith("__") and not isinstance(value, bytes)
-                    else self._decode(handlers, sample, field, value)
-                    for field, value in sample.items()
-                }
+                yield decoder.decode(sample, material)
             except DecodeError as exn:
                 if not handle(self.handler, exn):
                     return
@@ -215,12 +321,9 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
         alone, so going on mid-epoch needs nothing more."""
         return self.replay_state()
 
-    def _material(self, chain: Sequence[FieldHandler]) -> tuple[object, ...] | None:
-        """The epoch's seed material, where a handler takes a generator: the Seeding's, and
-        the position of the sharding filter upstream, looked for from the source (the
-        handlers of this stage need not pickle)."""
-        if not any(map(_takes_rng, chain)):
-            return None
+    def _material(self) -> tuple[object, ...]:
+        """The epoch's seed material: the Seeding's, and the position of the sharding filter
+        upstream, looked for from the source (the handlers of this stage need not pickle)."""
         self.seeding.mark()  # its own epoch: resuming replays the material (wdspipes.core.seeds)
         source = self.source_datapipe
         stream = (
@@ -229,33 +332,6 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
             else sharding_position(source)
         )
         return (self.seeding.next_material(), stream)
-
-    def _decode(
-        self,
-        chain: Sequence[FieldHandler],
-        sample: Sample,
-        field: str,
-        value: Any,
-    ) -> Any:
-        try:
-            if field.startswith("__"):
-                return value.decode("utf-8") if isinstance(value, bytes) else value
-            if self.only is not None and field not in self.only:
-                return value
-            if not isinstance(value, bytes):
-                if self.partial:
-                    return value
-                raise TypeError(
-                    f"the value is a {type(value).__name__}, not bytes: decoded already? "
-                    "(decode(..., partial=True) passes such fields through)"
-                )
-            return _run_chain(chain, "." + field, value)
-        except Exception as exn:
-            raise DecodeError(
-                f"cannot decode: {type(exn).__name__}: {exn}",
-                field=field,
-                **sample_location(sample),
-            ) from exn
 
 
 def sample_seed(material: tuple[object, ...], sample: Sample) -> str:

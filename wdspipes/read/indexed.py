@@ -1,0 +1,571 @@
+"""Samples by index over the shards of an index: the torch-free core of
+:class:`~wdspipes.read.random_access.ShardListDataset`.
+
+Sample ``i`` is the ``i``-th in shard order: the shards in the index's order, the samples of
+each in the order the streaming readers give them. Reading it is one positioned read of its
+bytes (:mod:`wdspipes.read.offsets`):
+
+- **local shards** are opened once (at most ``lru_size`` at a time, the least recently used
+  closed first) and read with ``os.pread``; their offsets come from the sidecar beside them,
+  or from one walk over the shard, after which the sidecar is written (beside the shard, else
+  in the cache directory, else kept in memory only);
+- **remote shards** (``http(s)``, ``s3``, ``ais``, ``pipe:`` and the rest) are fetched whole
+  into the shard cache (``cache_dir``, bounded by ``cache_size``, least recently used shards
+  evicted: :mod:`wdspipes.io.cache`) the first time one of their samples is read, and walked
+  for their offsets on the way in; the cache keeps the offsets beside the entry. Readers in
+  other processes wait for the one that fetches a shard instead of fetching it too. With
+  ``ranged=True`` they are not fetched: each sample is one ranged request
+  (:mod:`wdspipes.io.ranges`), and the offsets come from a sidecar in the cache directory, a
+  sidecar beside the remote shard (``URL.wdsidx``, as ``wdspipes index`` writes it beside local
+  shards that are then uploaded), or one streamed walk over the shard.
+
+Each shard is checked against its index entry when first opened: a whole shard whose size or
+number of samples differs from the index is an :class:`~wdspipes.errors.IndexMismatchError`
+naming both, for every one of its samples; a damaged shard (cut short, corrupt) serves the
+samples before the damage, and the others raise the damage's error naming the URL, the
+sample's index and the byte offset.
+
+The object pickles without its open files and offsets (a spawned DataLoader worker reads the
+sidecars again); forked workers share them, which ``pread`` allows.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import copy
+import logging
+import operator
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from wdspipes.errors import (
+    IndexMismatchError,
+    ShardError,
+    ShardOpenError,
+    WdsError,
+)
+from wdspipes.io.cache import DEFAULT_CACHE_SIZE, CacheDir, CacheWriter, ShardCache, sidecar_of
+from wdspipes.io.local import local_path
+from wdspipes.io.ranges import LocalRanges, RangeReader, has_ranges, open_ranges
+from wdspipes.io.urls import ByteStream, close_quietly, open_url
+from wdspipes.read.index_file import Index, ShardEntry, load_index
+from wdspipes.read.offsets import (
+    SIDECAR_SUFFIX,
+    ShardOffsets,
+    parse_sidecar,
+    read_sample,
+    read_sidecar,
+    scan_offsets,
+    sidecar_limit,
+    sidecar_path,
+    write_sidecar,
+)
+
+__all__ = ["IndexedShards"]
+
+log = logging.getLogger(__name__)
+
+Sample = dict[str, Any]
+
+_WAIT = 0.05  # seconds between looks at a shard another reader is fetching
+
+
+class IndexedShards:
+    """The samples of the shards of an index, by their index in shard order (see the module).
+
+    Args:
+        index: the path or URL of a wids index file, or a list of ``{"url", "nsamples"}``
+            dicts (see :mod:`wdspipes.read.index_file`).
+        base: resolve the index's relative URLs against this.
+        cache_dir: the shard cache's directory, where remote shards are fetched (required for
+            remote shards unless ``ranged``), and where offsets go that cannot be written
+            beside their local shard.
+        cache_size: bytes the cache holds before the least recently used shards go.
+        lru_size: shards kept open at once.
+        ranged: read remote shards by ranged requests, one a sample, instead of fetching them.
+        sidecars: read and write the offsets' sidecar files (else offsets stay in memory).
+        ignore_zeros: read on past zero blocks, as ``load_tar(ignore_zeros=True)``.
+        storage_options: options for fsspec's stores (credentials, endpoint).
+        allow_commands: let ``pipe:`` URLs read from an index file run.
+
+    Raises:
+        ShardIndexError: the index cannot be used.
+        ValueError: a bad argument.
+    """
+
+    def __init__(
+        self,
+        index: Index,
+        *,
+        base: str | None = None,
+        cache_dir: CacheDir | None = None,
+        cache_size: int | None = DEFAULT_CACHE_SIZE,
+        lru_size: int = 10,
+        ranged: bool = False,
+        sidecars: bool = True,
+        ignore_zeros: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
+        allow_commands: bool = False,
+    ) -> None:
+        if type(lru_size) is not int or lru_size < 1:
+            raise ValueError(f"lru_size must be an integer >= 1, got {lru_size!r}")
+        self.entries = load_index(
+            index, base=base, storage_options=storage_options, allow_commands=allow_commands
+        )
+        self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_size)
+        self.lru_size = lru_size
+        self.ranged = ranged
+        self.sidecars = sidecars
+        self.ignore_zeros = ignore_zeros
+        self.storage_options = storage_options
+        self.ends: list[int] = []
+        total = 0
+        for entry in self.entries:
+            total += entry.samples
+            self.ends.append(total)
+        self._setup()
+
+    def _setup(self) -> None:
+        self._open: OrderedDict[int, _Shard] = OrderedDict()
+        self._offsets: dict[int, ShardOffsets] = {}
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for name in ("_open", "_offsets", "_lock"):
+            del state[name]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._setup()
+
+    def __len__(self) -> int:
+        return self.ends[-1] if self.ends else 0
+
+    def __repr__(self) -> str:
+        return f"IndexedShards({len(self.entries)} shards, {len(self)} samples)"
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """The shard of sample ``index`` (its number in the index) and its number there.
+
+        Raises:
+            IndexError: ``index`` is out of range (negative indices count from the end).
+        """
+        total = len(self)
+        position = index + total if index < 0 else index
+        if not 0 <= position < total:
+            raise IndexError(f"sample index {index} out of range: the shards hold {total}")
+        shard = bisect.bisect_right(self.ends, position)
+        return shard, position - (self.ends[shard - 1] if shard else 0)
+
+    def __getitem__(self, index: int) -> Sample:
+        """Sample ``index``: ``__key__``, ``__url__``, ``__index__`` (``index``),
+        ``__shardindex__`` (its number in its shard), then its fields as bytes.
+
+        Raises:
+            IndexError: ``index`` is out of range.
+            TypeError: ``index`` is not an integer.
+            WdsError: the sample cannot be read; the error names the URL, the index and the
+                byte offset.
+        """
+        index = operator.index(index)
+        shard, inner = self.locate(index)
+        if index < 0:
+            index += len(self)
+        try:
+            reader = self.shard(shard)
+        except WdsError as exn:
+            exn.add_detail(f"reading sample {index} (sample {inner} of the shard)")
+            raise
+        return reader.sample(inner, index)
+
+    def shard(self, number: int) -> _Shard:
+        """The reader of shard ``number``, opened (and checked against its entry) on first
+        use; the least recently used beyond ``lru_size`` are closed."""
+        opened = self._open
+        reader = opened.get(number)  # a lookup and a move are atomic: no lock to find one
+        if reader is not None:
+            with contextlib.suppress(KeyError):  # let go by another thread meanwhile
+                opened.move_to_end(number)
+            return reader
+        reader = self._make_reader(number)
+        with self._lock:
+            self._open[number] = reader
+            while len(self._open) > self.lru_size:
+                # Closed once no sample read holds it any more (see _Shard.__del__).
+                self._open.popitem(last=False)
+        return reader
+
+    def offsets(self, number: int) -> ShardOffsets:
+        """The offsets of shard ``number`` (opening it if needed)."""
+        return self.shard(number).offsets
+
+    def close(self) -> None:
+        """Close every open shard (they open again when read)."""
+        with self._lock:
+            self._open.clear()
+
+    def _make_reader(self, number: int) -> _Shard:
+        """A reader of shard ``number``. A shard that cannot be opened or fetched raises (and
+        is tried again at the next read); one that is damaged or does not match its entry
+        gives a reader that says so for the samples it cannot serve."""
+        entry = self.entries[number]
+        if local_path(entry.url) is not None:
+            return self._local(entry, number)
+        if self.ranged:
+            return self._ranged(entry, number)
+        return self._cached(entry, number)
+
+    # --- local shards ----------------------------------------------------------------------
+
+    def _local(self, entry: ShardEntry, number: int) -> _Shard:
+        path = local_path(entry.url) or entry.url
+        file = LocalRanges.open(path, entry.url)
+        fd = file.fd
+        assert fd is not None  # open
+        info = os.fstat(fd)
+        offsets = self._offsets.get(number)
+        if offsets is None or (offsets.size, offsets.mtime_ns) != (info.st_size, info.st_mtime_ns):
+            offsets = self._local_offsets(entry, path, fd, info.st_size, info.st_mtime_ns)
+            self._offsets[number] = offsets
+        return self._checked(entry, offsets, file)
+
+    def _local_offsets(
+        self, entry: ShardEntry, path: str, fd: int, size: int, mtime_ns: int
+    ) -> ShardOffsets:
+        """From a valid sidecar, else by a walk over the shard (then saved in a sidecar)."""
+        places = self._sidecar_places(entry.url, path)
+        for place in places:
+            offsets = read_sidecar(place, size, mtime_ns, entry.samples)
+            if offsets is not None:
+                return offsets
+        with os.fdopen(os.dup(fd), "rb") as stream:
+            offsets = scan_offsets(
+                stream, entry.url, size=size, mtime_ns=mtime_ns, ignore_zeros=self.ignore_zeros
+            )
+        for place in places:
+            if write_sidecar(place, offsets):
+                break
+        return offsets
+
+    def _sidecar_places(self, url: str, path: str | None) -> list[str]:
+        """Where a shard's sidecar may be, in order: beside a local shard, in the cache."""
+        if not self.sidecars:
+            return []
+        places = [] if path is None else [sidecar_path(path)]
+        if self.cache is not None:
+            with contextlib.suppress(OSError):  # a cache that cannot be made is not used
+                self.cache.make_directory()
+            places.append(sidecar_of(self.cache.path(url)))
+        return places
+
+    # --- remote shards, through the cache --------------------------------------------------
+
+    def _cached(self, entry: ShardEntry, number: int) -> _Shard:
+        if self.cache is None:
+            raise ShardOpenError(
+                "a remote shard is read by index from a local copy: give cache_dir= (it is "
+                "fetched there once), or ranged=True (one request a sample)",
+                url=entry.url,
+            )
+        cache = self.cache
+        url = entry.url
+        fetched: ShardOffsets | None = None
+        attempts = 0
+        while True:
+            located = cache.open_entry(url)
+            if located is not None:
+                break
+            if cache.is_fetching(url):
+                time.sleep(_WAIT)
+                continue
+            attempts += 1
+            if attempts > 3:
+                raise ShardError(
+                    f"cannot fetch the shard into the cache {cache.cache_dir} (see the log)",
+                    url=url,
+                )
+            fetched = self._fetch(entry, cache)
+            if fetched is not None and fetched.damage is not None:
+                return self._damaged_remote(entry, fetched)
+        # The duplicate holds the entry's shared lock (no eviction) while the reader lives.
+        fd = os.dup(located.stream.fileno())  # type: ignore[attr-defined]
+        located.close()
+        file = LocalRanges(fd, url)
+        size = os.fstat(fd).st_size
+        offsets = self._offsets.get(number)
+        if offsets is None or offsets.size != size:
+            offsets = fetched if fetched is not None and fetched.size == size else None
+            if offsets is None:
+                offsets = self._entry_offsets(entry, cache, fd, size)
+            self._offsets[number] = offsets
+        return self._checked(entry, offsets, file)
+
+    def _fetch(self, entry: ShardEntry, cache: ShardCache) -> ShardOffsets | None:
+        """Fetch the shard into the cache, walking it for its offsets on the way; None if
+        another reader began fetching it first."""
+        opener = _Opener(self.storage_options)
+        stream = cache.open(entry.url, opener)
+        if not isinstance(stream, CacheWriter):
+            close_quietly(stream)
+            return None
+        counted = _Counted(stream)
+        try:
+            offsets = scan_offsets(counted, entry.url, size=-1, ignore_zeros=self.ignore_zeros)
+        except BaseException:
+            stream.discard()
+            close_quietly(stream)
+            raise
+        if offsets.damage is not None:
+            stream.discard()  # a shard found bad is not cached
+        stream.close()
+        offsets = _sized(offsets, counted.count)
+        if offsets.damage is None and self.sidecars:
+            write_sidecar(sidecar_of(cache.path(entry.url)), offsets)
+        return offsets
+
+    def _entry_offsets(
+        self, entry: ShardEntry, cache: ShardCache, fd: int, size: int
+    ) -> ShardOffsets:
+        place = sidecar_of(cache.path(entry.url))
+        if self.sidecars:
+            offsets = read_sidecar(place, size, None, entry.samples)
+            if offsets is not None:
+                return offsets
+        with os.fdopen(os.dup(fd), "rb") as stream:
+            offsets = scan_offsets(stream, entry.url, size=size, ignore_zeros=self.ignore_zeros)
+        if self.sidecars:
+            write_sidecar(place, offsets)
+        return offsets
+
+    def _damaged_remote(self, entry: ShardEntry, offsets: ShardOffsets) -> _Shard:
+        """A damaged remote shard is not cached: the samples before the damage are read by
+        ranges where the URL has them; otherwise none are."""
+        if not has_ranges(entry.url):
+            return _Shard(entry, offsets, None, self.ignore_zeros, _all_damaged(entry, offsets))
+        reader = open_ranges(entry.url, self.storage_options)
+        return _Shard(entry, offsets, reader, self.ignore_zeros)
+
+    # --- remote shards, by ranges ----------------------------------------------------------
+
+    def _ranged(self, entry: ShardEntry, number: int) -> _Shard:
+        reader = open_ranges(entry.url, self.storage_options)
+        offsets = self._offsets.get(number)
+        if offsets is None:
+            offsets = self._ranged_offsets(entry, reader)
+            self._offsets[number] = offsets
+        return self._checked(entry, offsets, reader)
+
+    def _ranged_offsets(self, entry: ShardEntry, reader: RangeReader) -> ShardOffsets:
+        """From a sidecar in the cache or beside the remote shard, else by streaming the
+        shard once through a walk (no copy kept)."""
+        size = _remote_size(entry, reader)
+        cached = None
+        if self.sidecars and self.cache is not None:
+            cached = sidecar_of(self.cache.path(entry.url))
+            offsets = read_sidecar(cached, size, None, entry.samples)
+            if offsets is not None:
+                return offsets
+        offsets = self._remote_sidecar(entry, size) if self.sidecars else None
+        if offsets is None:
+            stream = open_url(entry.url, storage_options=self.storage_options)
+            counted = _Counted(stream)
+            try:
+                offsets = scan_offsets(counted, entry.url, size=-1, ignore_zeros=self.ignore_zeros)
+            finally:
+                close_quietly(stream)
+            offsets = _sized(offsets, counted.count)
+        if cached is not None:
+            os.makedirs(os.path.dirname(cached), exist_ok=True)
+            write_sidecar(cached, offsets)
+        return offsets
+
+    def _remote_sidecar(self, entry: ShardEntry, size: int) -> ShardOffsets | None:
+        """The sidecar beside a remote shard (``URL.wdsidx``), if there is a valid one."""
+        url = entry.url + SIDECAR_SUFFIX
+        limit = sidecar_limit(size)
+        try:
+            stream = open_url(url, storage_options=self.storage_options)
+        except WdsError:
+            return None
+        try:
+            data = stream.read(limit + 1)
+        except WdsError:
+            return None
+        finally:
+            close_quietly(stream)
+        if len(data) > limit:
+            return None
+        return parse_sidecar(data, url, size, None, entry.samples)
+
+    # --- checks ----------------------------------------------------------------------------
+
+    def _checked(self, entry: ShardEntry, offsets: ShardOffsets, source: _Source) -> _Shard:
+        """A reader of the shard, refusing every sample if it is whole but not what its entry
+        says."""
+        refusal = None
+        if offsets.damage is None:
+            problems = []
+            if entry.size is not None and offsets.size != entry.size:
+                problems.append(f"{offsets.size} bytes where the index says {entry.size}")
+            if offsets.samples != entry.samples:
+                problems.append(f"{offsets.samples} samples where the index says {entry.samples}")
+            if problems:
+                refusal = IndexMismatchError(
+                    f"the shard does not match its entry in the index: it has "
+                    f"{' and '.join(problems)}; its samples are not read (make the index again "
+                    "with wdspipes index)",
+                    url=entry.url,
+                )
+        return _Shard(entry, offsets, source, self.ignore_zeros, refusal)
+
+
+class _Source(Protocol):
+    def read_range(self, start: int, size: int) -> bytes: ...
+
+
+class _Shard:
+    """One shard open for reading samples: its entry, offsets and source of bytes, or the
+    error that refuses its samples."""
+
+    def __init__(
+        self,
+        entry: ShardEntry,
+        offsets: ShardOffsets,
+        source: _Source | None,
+        ignore_zeros: bool,
+        refusal: WdsError | None = None,
+    ) -> None:
+        self.entry = entry
+        self.offsets = offsets
+        self.source = source
+        self.ignore_zeros = ignore_zeros
+        self._refusal = refusal
+
+    @property
+    def refusal(self) -> WdsError:
+        """A new copy of the error that refuses this shard's samples."""
+        error = self._refusal
+        assert error is not None
+        fresh = copy.copy(error)  # its class, message and location, and a traceback of its own
+        fresh.__cause__ = error.__cause__
+        return fresh
+
+    def sample(self, inner: int, index: int) -> Sample:
+        """Sample ``inner`` of the shard, sample ``index`` of the dataset."""
+        offsets = self.offsets
+        if self._refusal is not None:
+            raise self._located(self.refusal, inner, index)
+        assert self.source is not None
+        if inner >= offsets.samples:
+            raise self._past_damage(offsets, inner, index)
+        try:
+            sample = read_sample(
+                self.source.read_range,
+                offsets,
+                self.entry.url,
+                inner,
+                index,
+                ignore_zeros=self.ignore_zeros,
+            )
+            if self.entry.dataset is not None:
+                sample["__dataset__"] = self.entry.dataset
+            return sample
+        except WdsError as exn:
+            self._located(exn, inner, index)
+            raise
+
+    def _located(self, error: WdsError, inner: int, index: int) -> WdsError:
+        error.add_detail(f"reading sample {index} (sample {inner} of the shard)")
+        return error
+
+    def _past_damage(self, offsets: ShardOffsets, inner: int, index: int) -> WdsError:
+        damage = offsets.damage
+        if damage is None:  # the index says more samples than the shard has: refused above
+            return ShardError(f"no sample {inner} in the shard", url=self.entry.url)
+        error = type(damage)(
+            f"sample {index} (sample {inner} of the shard) cannot be read: the shard is "
+            f"damaged at byte {damage.offset} ({_problem(damage)}); the {offsets.samples} "
+            "samples before the damage can be read",
+            url=self.entry.url,
+            offset=damage.offset,
+        )
+        error.__cause__ = damage
+        return error
+
+
+def _problem(error: WdsError) -> str:
+    """An error's message without the location prefix."""
+    text = str(error)
+    prefix = ", ".join(
+        part
+        for part in (
+            error.url,
+            None if error.member is None else f"member {error.member!r}",
+            None if error.key is None else f"key {error.key!r}",
+            None if error.field is None else f"field {error.field!r}",
+            None if error.offset is None else f"at byte {error.offset}",
+        )
+        if part is not None
+    )
+    return text[len(prefix) + 2 :] if prefix and text.startswith(prefix + ": ") else text
+
+
+def _all_damaged(entry: ShardEntry, offsets: ShardOffsets) -> WdsError:
+    damage = offsets.damage
+    assert damage is not None
+    error = type(damage)(
+        f"the shard is damaged ({_problem(damage)}) and cannot be read by ranges, so it is "
+        "not read by index",
+        url=entry.url,
+        offset=damage.offset,
+    )
+    error.__cause__ = damage
+    return error
+
+
+class _Opener:
+    """``open_url`` with the store's options: what the cache opens a URL with."""
+
+    def __init__(self, storage_options: Mapping[str, Any] | None) -> None:
+        self.storage_options = storage_options
+
+    def __call__(self, url: str) -> ByteStream:
+        return open_url(url, storage_options=self.storage_options)
+
+
+class _Counted:
+    """A stream that counts the bytes read from it."""
+
+    def __init__(self, stream: ByteStream) -> None:
+        self.stream = stream
+        self.count = 0
+
+    def read(self, size: int = -1, /) -> bytes:
+        data = self.stream.read(size)
+        self.count += len(data)
+        return data
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+def _sized(offsets: ShardOffsets, size: int) -> ShardOffsets:
+    return ShardOffsets(offsets.starts, size, offsets.mtime_ns, offsets.globals, offsets.damage)
+
+
+def _remote_size(entry: ShardEntry, reader: RangeReader) -> int:
+    """The size of a remote shard: from a read of its first block."""
+    reader.read_range(0, 512)
+    size = reader.length()
+    if size is None:
+        if entry.size is None:
+            raise ShardError("the size of the shard is unknown", url=entry.url)
+        size = entry.size
+    return size
