@@ -24,6 +24,7 @@ from torch.utils.data.graph import traverse_dps
 from torch.utils.data.graph_settings import get_all_graph_pipes
 
 import wdspipes as wds
+from wdspipes.loaders import dataloader2
 
 
 def keys(pipe: Any) -> list[str]:
@@ -222,7 +223,53 @@ def test_buffer_shuffle_seeding() -> None:
     a.set_seed(9)
     b.set_seed(9)
     assert list(a) == list(b)
-    assert list(source.buffer_shuffle(10).set_shuffle(False)) == list(range(50))
+
+
+LOADER_FLAG_OFF: dict[str, Callable[[IterDataPipe[Any]], Any]] = {
+    "DataLoader": lambda pipe: DataLoader(pipe, batch_size=None, shuffle=False),
+    "WebLoader": lambda pipe: wds.WebLoader(pipe, batch_size=None, shuffle=False),
+    "DataLoader2": lambda pipe: dataloader2_with_shuffle_flag(pipe, False),
+}
+
+
+def dataloader2_with_shuffle_flag(pipe: IterDataPipe[Any], shuffle: bool) -> Any:
+    """DataLoader2 in process, with torchdata's ``Shuffle`` adapter: how it takes the flag."""
+    module = dataloader2()  # imported quietly first
+    from torchdata.dataloader2.adapter import Shuffle
+
+    return module.DataLoader2(pipe, datapipe_adapter_fn=Shuffle(shuffle))
+
+
+@pytest.mark.parametrize("loader", sorted(LOADER_FLAG_OFF))
+def test_the_loaders_shuffle_flag_leaves_wdspipes_shuffles_on(loader: str) -> None:
+    """As in webdataset: ``shuffle=False`` on the loader does not turn a shuffle buffer, or a
+    shard shuffle before the split, into tar order (issue 27: it did, silently)."""
+    shards = IterableWrapper(range(12)).buffer_shuffle(12, initial=12)
+    pipe = shards.sharding_filter().buffer_shuffle(50, seed=3)
+    items = list(LOADER_FLAG_OFF[loader](pipe))
+    assert sorted(items) == list(range(12)) != items
+    assert list(pipe) != list(pipe)  # the pipeline given to the loader shuffles on too
+
+
+def test_the_loaders_shuffle_flag_still_switches_torchs_own_shuffle() -> None:
+    source = IterableWrapper(range(30))
+    assert list(DataLoader(source.shuffle(), batch_size=None, shuffle=False)) == list(range(30))
+    mixed = source.shuffle().buffer_shuffle(10, seed=1)
+    unshuffled_source = list(IterableWrapper(range(30)).buffer_shuffle(10, seed=1))
+    assert list(DataLoader(mixed, batch_size=None, shuffle=False)) == unshuffled_source
+
+
+def test_shuffle_true_adds_no_torch_shuffler_after_a_wdspipes_shuffle() -> None:
+    pipe = IterableWrapper(range(20)).buffer_shuffle(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns where it adds a Shuffler
+        loader = DataLoader(pipe, batch_size=None, shuffle=True)
+    stages = get_all_graph_pipes(traverse_dps(loader.dataset))
+    assert [type(stage).__name__ for stage in stages[1:]] == [
+        "BufferShuffler",
+        "IterableWrapperIterDataPipe",
+    ]  # after the loader's serialization wrapper, no Shuffler
+    assert sorted(loader) == list(range(20))
 
 
 def test_buffer_shuffle_after_sharding_differs_per_worker_with_one_seed() -> None:
