@@ -4,7 +4,6 @@ and the buffer shuffler they use for shard order. All three ways give the same s
 from __future__ import annotations
 
 import functools
-import gc
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from reference import quietly, wdsref
 from shardgen import Shards, make_tar, write_shards
 from stage_examples import comparable as plain
 from torch.utils.data import DataLoader, IterDataPipe
@@ -293,10 +293,6 @@ def test_buffer_shuffle_checks_its_arguments() -> None:
 
 # --- any iterable as the source, and WebLoader (issue 17 item 5) ----------------------------
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    import webdataset as wdsref
-
 
 def numbered_shards(directory: Path, shards: int = 4, per_shard: int = 5) -> list[str]:
     """Shards whose samples have an int ``cls`` (0, 1, ... in order) and a ``txt``."""
@@ -313,18 +309,6 @@ def numbered_shards(directory: Path, shards: int = 4, per_shard: int = 5) -> lis
         path.write_bytes(make_tar(members))
         paths.append(str(path))
     return paths
-
-
-def quietly(run: Callable[[Any], list[Any]], lib: Any) -> list[Any]:
-    """``run(lib)``; for webdataset, which leaks one open file per shard, with those files
-    closed (and their warnings silenced) before it returns."""
-    if lib is wds:
-        return run(lib)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        result = run(lib)
-        gc.collect()
-    return result
 
 
 def cls_and_txt(lib: Any, paths: list[str]) -> Any:
@@ -452,7 +436,7 @@ def test_webloader_is_a_datapipe_with_the_loader_inside(tmp_path: Path) -> None:
     assert isinstance(loader, IterDataPipe) and isinstance(loader.loader, DataLoader)
     assert len(loader.with_length(9)) == 9
     batches = list(loader)
-    assert type(batches[0]) is tuple  # a tuple stays a tuple (torch's loader: a list)
+    assert type(batches[0]) is list  # torch's loader makes a tuple a list, as in webdataset
     assert [len(b[0]) for b in batches] == [4] * 5
     with pytest.raises(wds.ResumeError, match="at the end of the pipeline, cannot resume"):
         loader.unbatched().state_dict()

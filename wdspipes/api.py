@@ -60,7 +60,7 @@ from wdspipes.read.specs import expand_urls
 from wdspipes.read.streams import CborLoader, MsgpackLoader, cbors_to_samples, msgpack_to_samples
 from wdspipes.read.tar import TarLoader, tar_file_expander
 from wdspipes.read.walk import TarMember, iter_tar
-from wdspipes.samples.batch import Batcher, Unbatcher, batched, collate, unbatched
+from wdspipes.samples.batch import Batcher, SampleList, Unbatcher, batched, collate, unbatched
 from wdspipes.samples.decoders import (
     Continue,
     ImageDecoder,
@@ -140,6 +140,7 @@ __all__ = [
     "SampleEncoder",
     "SampleError",
     "SampleGrouper",
+    "SampleList",
     "SampleMapper",
     "SampleSelector",
     "ShardError",

@@ -161,10 +161,10 @@ class WebLoader(IterableSource):
     ``map_samples``, ``to_tuple``, ``with_epoch``, ``with_length``, ...). The pipeline it
     ends cannot save its state (a :class:`~wdspipes.errors.ResumeError` says so).
 
-    Unless given a ``collate_fn``, the loader collates (or, with ``batch_size=None``,
-    converts) as torch's DataLoader does, except that a tuple stays a tuple, as wdspipes'
-    batches are (torch's makes it a list, which ``unbatched`` would read as a list of
-    samples).
+    The loader collates (or, with ``batch_size=None``, converts) as torch's DataLoader does:
+    a tuple of columns becomes a list of them, which ``unbatched`` reads as columns, as
+    webdataset's does. As in webdataset, its ``shuffle=False`` leaves the pipeline's shuffles
+    on (see :meth:`~wdspipes.samples.shuffle.BufferShuffler.set_shuffle`).
 
     Args:
         *args: the arguments of ``torch.utils.data.DataLoader``: the dataset first (a
@@ -185,31 +185,11 @@ class WebLoader(IterableSource):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        loader = DataLoader(*args, **kwargs)
-        if "collate_fn" not in kwargs and len(args) < 7:  # collate_fn is DataLoader's 7th
-            batched = loader.batch_sampler is not None
-            loader.collate_fn = TupleKeeping(loader.collate_fn, batched=batched)
-        super().__init__(loader)
+        super().__init__(DataLoader(*args, **kwargs))
 
     @property
     def loader(self) -> DataLoader[Any]:
         return cast(DataLoader[Any], self.source)
-
-
-class TupleKeeping:
-    """torch's ``collate`` (or ``convert``), which makes a tuple of columns (or a tuple
-    sample) a list, with the tuple kept."""
-
-    def __init__(self, collate: Callable[[Any], Any], batched: bool) -> None:
-        self.collate = collate
-        self.batched = batched
-
-    def __call__(self, batch: Any) -> Any:
-        result = self.collate(batch)
-        sample = batch[0] if self.batched and isinstance(batch, list) and batch else batch
-        if type(sample) is tuple and type(result) is list:
-            return tuple(result)
-        return result
 
 
 def DataPipeline(*stages: Any) -> IterDataPipe[Any]:
