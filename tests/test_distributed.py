@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -469,6 +470,46 @@ def test_a_pipeline_without_a_split_under_workers_is_told_it_reads_twice(
     assert "ShardOpener has no sharding_filter upstream, so each of the 2 readers" in (
         capfd.readouterr().err
     )
+
+
+class WorkerResampler(torch.utils.data.IterableDataset[dict[str, str]]):
+    """A program's own resampler, webdataset style: each worker draws its own shards."""
+
+    def __init__(self, urls: list[str], draws: int) -> None:
+        self.urls, self.draws = urls, draws
+
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        rng = random.Random(0 if info is None else info.id)
+        return ({"url": rng.choice(self.urls)} for _ in range(self.draws))
+
+
+class SizedWorkerResampler(WorkerResampler):
+    """The same with a length, which says nothing of the split: it declares itself."""
+
+    per_worker_shards = True
+
+    def __len__(self) -> int:
+        return self.draws
+
+
+@pytest.mark.parametrize("source", [WorkerResampler, SizedWorkerResampler])
+def test_a_source_that_draws_in_each_worker_is_not_told_it_reads_twice(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], source: type[WorkerResampler]
+) -> None:
+    """Issue 27: "ShardOpener has no sharding_filter upstream" was a false alarm for a source
+    of shards drawn apart in each worker; it is for a shard list of known length only."""
+    write_shards(tmp_path, [2] * 3)
+    pipe = wds.DataPipeline(source(shards_of(tmp_path), draws=2), wds.tarfile_to_samples())
+    loader = DataLoader(
+        pipe,
+        batch_size=None,
+        num_workers=2,
+        multiprocessing_context="fork",
+        worker_init_fn=print_warnings,
+    )
+    assert len(list(loader)) == 8
+    assert "sharding_filter" not in capfd.readouterr().err
 
 
 def test_a_reader_of_an_unsized_shard_list_that_got_nothing_says_so(tmp_path: Path) -> None:

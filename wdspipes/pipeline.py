@@ -16,6 +16,7 @@ from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
 from wdspipes.core.curried import Stage, is_stage_factory, stage_factory
 from wdspipes.core.datapipe import StageDataPipe
+from wdspipes.core.distributed import declares_per_worker
 from wdspipes.errors import Handler, ResumeError, reraise_exception
 from wdspipes.io import ShardItem, ShardOpener
 from wdspipes.io.cache import DEFAULT_CACHE_SIZE, CacheDir, StorageOptions, opener_options
@@ -57,6 +58,12 @@ class IteratorStage(StageDataPipe[Any]):
 
     def __iter__(self) -> Iterator[Any]:
         yield from self.fn(iter(self.source_datapipe))
+
+    @property
+    def per_worker_shards(self) -> bool:
+        """Whether the function declares that it gives each worker shards of its own (see
+        :func:`~wdspipes.core.distributed.declares_per_worker`)."""
+        return declares_per_worker(self.fn)
 
     def resume_state(self) -> None:
         raise ResumeError(
@@ -131,6 +138,14 @@ class IterableSource(StageDataPipe[Any]):
         if self.calls:
             raise TypeError("an IterableSource of a function has no length")
         return len(self.source)  # type: ignore[arg-type]  # a TypeError where it has none
+
+    @property
+    def per_worker_shards(self) -> bool:
+        """Whether the source declares that it gives each worker shards of its own (a true
+        ``per_worker_shards`` attribute: see
+        :func:`~wdspipes.core.distributed.declares_per_worker`), so that the opener after it
+        does not warn that every worker reads every shard."""
+        return declares_per_worker(self.source)
 
     def replay_state(self) -> None:
         if self.calls or isinstance(self.source, DataLoader):
