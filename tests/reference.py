@@ -16,9 +16,9 @@ __all__ = ["quietly", "wdsref"]
 
 
 def quietly(run: Callable[[Any], Any], lib: Any) -> Any:
-    """``run(lib)``; for webdataset, which leaks one open file per shard, with those files
-    closed (and their warnings silenced) before it returns."""
-    if lib is not wdsref:
+    """``run(lib)``; for webdataset (or one of its modules), which leaks one open file per
+    shard, with those files closed (and their warnings silenced) before it returns."""
+    if not getattr(lib, "__name__", "").startswith("webdataset"):
         return run(lib)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

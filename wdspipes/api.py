@@ -36,17 +36,21 @@ from wdspipes.errors import (
     warn_and_continue,
     warn_and_stop,
 )
+from wdspipes.filters import getfirst, pipelinefilter
+from wdspipes.gopen import gopen
 from wdspipes.io import ShardStream, open_url, shard_url
-from wdspipes.io.opener import ShardOpener, url_opener
+from wdspipes.io.opener import ShardOpener
 from wdspipes.pipeline import (
     DataPipeline,
     IterableSource,
     IteratorStage,
+    PipelineStage,
     WebDataset,
     WebLoader,
     tarfile_to_samples,
 )
-from wdspipes.read.grouping import SampleGrouper, group_by_keys
+from wdspipes.read.directory import DirectoryShardList, ShardClaimer
+from wdspipes.read.grouping import SampleGrouper
 from wdspipes.read.shards import (
     ResampledShards,
     ShardList,
@@ -58,7 +62,7 @@ from wdspipes.read.shards import (
 )
 from wdspipes.read.specs import expand_urls
 from wdspipes.read.streams import CborLoader, MsgpackLoader, cbors_to_samples, msgpack_to_samples
-from wdspipes.read.tar import TarLoader, tar_file_expander
+from wdspipes.read.tar import TarLoader
 from wdspipes.read.walk import TarMember, iter_tar
 from wdspipes.samples.batch import Batcher, SampleList, Unbatcher, batched, collate, unbatched
 from wdspipes.samples.decoders import (
@@ -96,6 +100,7 @@ from wdspipes.samples.fields import (
 )
 from wdspipes.samples.mix import Interleaver, RandomInterleaver, RandomMix, RoundRobin
 from wdspipes.samples.shuffle import BufferShuffler, shuffle
+from wdspipes.tariterators import group_by_keys, tar_file_expander, url_opener
 from wdspipes.write import SampleEncoder, ShardWriter, TarWriter, encode_value
 from wdspipes.write.streams import CborWriter, MsgpackWriter
 
@@ -114,6 +119,7 @@ __all__ = [
     "DataPipeline",
     "DataWarning",
     "DecodeError",
+    "DirectoryShardList",
     "DuplicateFieldError",
     "EncodeError",
     "EpochLimiter",
@@ -129,6 +135,7 @@ __all__ = [
     "MsgpackLoader",
     "MsgpackWriter",
     "NoEndMarkerWarning",
+    "PipelineStage",
     "RandomInterleaver",
     "RandomMix",
     "RandomResizedCrop",
@@ -143,6 +150,7 @@ __all__ = [
     "SampleList",
     "SampleMapper",
     "SampleSelector",
+    "ShardClaimer",
     "ShardError",
     "ShardItemError",
     "ShardList",
@@ -178,6 +186,8 @@ __all__ = [
     "expand_urls",
     "fix_dataloader2",
     "full_sync",
+    "getfirst",
+    "gopen",
     "group_by_keys",
     "handle_extension",
     "ignore_and_continue",
@@ -188,6 +198,7 @@ __all__ = [
     "map_tuple",
     "msgpack_to_samples",
     "open_url",
+    "pipelinefilter",
     "rename",
     "repeat",
     "reraise_exception",

@@ -30,10 +30,44 @@ __all__ = [
     "DataPipeline",
     "IterableSource",
     "IteratorStage",
+    "PipelineStage",
     "WebDataset",
     "WebLoader",
     "tarfile_to_samples",
 ]
+
+
+class PipelineStage:
+    """webdataset's base of a stage of your own: a class whose ``run(self, src)`` takes the
+    iterator of the stage before it and returns an iterator, each epoch.
+
+    In ``DataPipeline(...)`` an instance runs as ``IteratorStage(upstream, stage.run)``; as the
+    source (the first stage), ``run()`` is called with no argument each epoch. Its attributes
+    must pickle where a loader pickles the pipeline (DataLoader2, ``spawn`` workers).
+
+    >>> import random
+    >>> class Shuffle(PipelineStage):
+    ...     def __init__(self, seed):
+    ...         self.seed, self.epoch = seed, -1
+    ...     def run(self, src):
+    ...         self.epoch += 1
+    ...         items = list(src)
+    ...         random.Random(self.seed + self.epoch).shuffle(items)
+    ...         return iter(items)
+    >>> pipe = DataPipeline("s-{0..9}.tar", Shuffle(seed=1))
+    >>> first, second = list(pipe), list(pipe)
+    >>> sorted(first) == sorted(second), first == second
+    (True, False)
+    """
+
+    def run(self, *src: Iterator[Any]) -> Iterable[Any]:
+        """The stage's items: from ``src``, the iterator of the stage before; as a source,
+        called with none."""
+        raise NotImplementedError(f"{type(self).__name__} must define run(self, src)")
+
+    def invoke(self, *args: Any, **kwargs: Any) -> Any:
+        """webdataset's name of the same call."""
+        return self.run(*args, **kwargs)
 
 
 class IteratorStage(StageDataPipe[Any]):
@@ -224,6 +258,9 @@ def DataPipeline(*stages: Any) -> IterDataPipe[Any]:
     - an IterDataPipe class, called with the upstream DataPipe;
     - a plain function from an iterator to an iterator (see :class:`IteratorStage`).
 
+    - a :class:`PipelineStage` (webdataset's), whose ``run(src)`` maps the upstream
+      iterator; in first place, ``run()`` is the source, called each epoch;
+
     ``None`` stages are skipped and lists of stages are spliced in.
 
     Returns:
@@ -260,6 +297,8 @@ def _flatten(stages: Iterable[Any]) -> list[Any]:
 def _source(stage: Any) -> IterDataPipe[Any]:
     if isinstance(stage, IterDataPipe):
         return stage
+    if isinstance(stage, PipelineStage):
+        return IterableSource(stage.run)
     if isinstance(stage, str | list | tuple):
         return ShardList(stage)
     if isinstance(stage, Stage | ShardSplit) or is_stage_factory(stage):
@@ -281,6 +320,8 @@ def _apply(stage: Any, pipe: IterDataPipe[Any], position: int) -> IterDataPipe[A
         stage = stage()
     if isinstance(stage, Stage) or (isinstance(stage, type) and issubclass(stage, IterDataPipe)):
         result = cast(Callable[[IterDataPipe[Any]], Any], stage)(pipe)
+    elif isinstance(stage, PipelineStage):
+        result = IteratorStage(pipe, stage.run)
     elif isinstance(stage, IterDataPipe):
         raise TypeError(
             f"stage {position} of DataPipeline is an IterDataPipe instance; only the first stage "

@@ -198,17 +198,26 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
                 chain if material is None else _with_rng(chain, sample_seed(material, sample))
             )
             try:
-                # Meta entries that are text already (__key__, __url__, __local_path__) pass
-                # without a call: half the entries of a small sample.
-                yield {
-                    field: value
-                    if field.startswith("__") and not isinstance(value, bytes)
-                    else self._decode(handlers, sample, field, value)
-                    for field, value in sample.items()
-                }
+                yield self.decode_sample(handlers, sample)
             except DecodeError as exn:
                 if not handle(self.handler, exn):
                     return
+
+    def decode_sample(self, chain: Sequence[FieldHandler], sample: Sample) -> Sample:
+        """``sample`` with each field decoded through the handlers of ``chain``, as this
+        stage's ``only`` and ``partial`` say; ``__`` fields as text.
+
+        Raises:
+            DecodeError: a field cannot be decoded.
+        """
+        # Meta entries that are text already (__key__, __url__, __local_path__) pass without
+        # a call: half the entries of a small sample.
+        return {
+            field: value
+            if field.startswith("__") and not isinstance(value, bytes)
+            else self._decode(chain, sample, field, value)
+            for field, value in sample.items()
+        }
 
     def resume_state(self) -> dict[str, Any]:
         """The seed material of the epoch: a sample's draws depend on it and on the sample
