@@ -18,6 +18,7 @@ from reference import wdsref
 from shardgen import make_tar, sample_members
 from torch.utils.data import DataLoader
 from torch.utils.data.datapipes.iter import IterableWrapper
+from workers import print_warnings
 
 import wdspipes as wds
 from wdspipes.read.directory import ShardClaimer
@@ -236,14 +237,3 @@ def test_workers_share_one_queue_and_read_every_sample_once(
     assert sorted(read) == sorted(keys)
     assert list(directory.iterdir()) == []
     assert "sharding_filter" not in capfd.readouterr().err
-
-
-def print_warnings(worker: int) -> None:
-    """In a worker: print warnings to its stderr, where the test reads them."""
-    import sys
-    import warnings
-
-    def show(message: Any, category: Any, filename: str, lineno: int, *_: Any) -> None:
-        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno))
-
-    warnings.showwarning = show

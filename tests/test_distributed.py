@@ -44,6 +44,7 @@ import torch.multiprocessing as mp
 from torch.utils.data import DataLoader, IterDataPipe
 from torch.utils.data.datapipes.iter import IterableWrapper
 from torch.utils.data.datapipes.iter.sharding import SHARDING_PRIORITIES
+from workers import print_warnings
 
 import wdspipes as wds
 from wdspipes.loaders import dataloader2
@@ -423,16 +424,6 @@ def test_dataloader2_layout_leaving_a_rank_without_shards_is_an_error(tmp_path: 
             r"readers: rank 1 would read nothing.* use at least 8 shards",
         ):
             opened(opener)
-
-
-def print_warnings(worker_id: int) -> None:
-    """Show warnings on stderr in a forked worker, as without pytest: the fork inherits
-    pytest's warning recorder, which would keep them in the worker."""
-
-    def show(message: Any, category: Any, filename: str, lineno: int, *_: Any) -> None:
-        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno))
-
-    warnings.showwarning = show
 
 
 def test_workers_of_a_plain_dataloader_are_told_they_split_unevenly(

@@ -112,12 +112,13 @@ def test_read_streams_are_context_managers_as_webdatasets_gopen(tmp_path: Path, 
     path = tmp_path / "a.tar"
     path.write_bytes(b"abc" * 1000)
     url = stream_kinds(path)[kind]
+    children = set(child_states())
     with open_url(url) as stream:
         ours = stream.read()
     with wdsref.gopen(url, "rb") as theirs:
         assert ours == theirs.read() == path.read_bytes()
     assert stream.closed
-    assert not child_states()
+    assert set(child_states()) <= children
 
 
 def test_stdin_is_a_context_manager_that_leaves_stdin_open(
@@ -131,12 +132,13 @@ def test_stdin_is_a_context_manager_that_leaves_stdin_open(
 
 
 def test_a_command_that_fails_is_reported_as_its_with_block_ends(tmp_path: Path) -> None:
+    children = set(child_states())
     with pytest.raises(wds.CommandError, match="status 3"), open_url("pipe:echo x; exit 3") as s:
         assert s.read() == b"x\n"
     with pytest.raises(KeyError), open_url("pipe:echo x; exit 3") as s:  # the block's error wins
         s.read()
         raise KeyError("the block's")
-    assert not child_states()
+    assert set(child_states()) <= children
 
 
 def test_failing_command_names_command_and_status(tmp_path: Path) -> None:

@@ -30,13 +30,23 @@ _Stream = TypeVar("_Stream", bound="ClosingStream")
 
 
 class ClosingStream:
-    """What the read streams of :func:`~wdspipes.io.urls.open_url` share with files: used
-    with ``with``, as webdataset's ``with gopen(url, "rb") as stream``, the stream is closed
-    when the block ends. Closing may raise (a ``pipe:`` command's failure status), unless the
-    block raised: then its own error goes on, and a failure to close is only logged."""
+    """What opened streams share with files: used with ``with``, as webdataset's
+    ``with gopen(url, "rb") as stream``, a stream is closed as the block ends: :meth:`close`
+    if the block succeeded, :meth:`abort` if it raised.
+
+    A read stream's ``close`` may raise (a ``pipe:`` command's failure status); its ``abort``
+    closes it and only logs such a failure, so that the block's own error goes on. A writer's
+    ``abort`` gives up what was written (:class:`~wdspipes.io.sinks.ClosesOrAborts`)."""
 
     def close(self) -> None:
         raise NotImplementedError
+
+    def abort(self) -> None:
+        """Close the stream after an error, which a failure of closing does not hide."""
+        try:
+            self.close()
+        except Exception:
+            log.debug("closing a stream after an error failed", exc_info=True)
 
     def __enter__(self: _Stream) -> _Stream:
         return self
@@ -49,11 +59,8 @@ class ClosingStream:
     ) -> None:
         if exc_type is None:
             self.close()
-            return
-        try:
-            self.close()
-        except Exception:
-            log.debug("closing a stream after an error failed", exc_info=True)
+        else:
+            self.abort()
 
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")

@@ -34,6 +34,7 @@ from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes.iter import IterableWrapper
 
 from wdspipes.core.datapipe import StageDataPipe, functional_stage
+from wdspipes.core.processes import alive
 from wdspipes.errors import ResumeError
 
 __all__ = ["DirectoryShardList", "ShardClaimer"]
@@ -165,7 +166,7 @@ class ShardClaimer(StageDataPipe[str]):
         for path in directories:
             for claimed in glob.glob(os.path.join(glob.escape(path), "*._*_")):
                 match = _CLAIMED.match(claimed)
-                if match is not None and not _running(int(match.group(2))):
+                if match is not None and not alive(int(match.group(2))):
                     with contextlib.suppress(FileNotFoundError):  # put back by another reader
                         os.rename(claimed, match.group(1))
 
@@ -184,17 +185,6 @@ def _modified(path: str) -> float:
         return os.stat(path).st_mtime
     except FileNotFoundError:  # claimed meanwhile: the rename will say so
         return float("inf")
-
-
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` exists on this machine (another user's counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def DirectoryShardList(
