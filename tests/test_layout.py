@@ -21,7 +21,7 @@ MAY_IMPORT = {
     "utils": {"pipeline", "core"},
     "filters": {"api", "utils", "core", "errors"},
     "shardlists": {"api", "read", "core"},
-    "tariterators": {"api", "read", "io", "core", "errors"},
+    "tariterators": {"api", "gopen", "read", "io", "core", "errors"},
     "autodecode": {"samples", "core", "errors"},
 }
 """What each folder (or module at the top) may import besides itself; ``cli``, ``demo``,

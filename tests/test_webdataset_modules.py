@@ -269,6 +269,15 @@ def test_tar_file_expander_takes_wdspipes_opened_shards(shards: list[str]) -> No
     assert {m["__local_path__"] for m in members} == set(shards)
 
 
+def test_tar_file_expander_refuses_what_is_no_opened_shard_as_webdataset() -> None:
+    for lib in (tariterators, wdsref.tariterators):
+        with pytest.raises(AssertionError):
+            list(lib.tar_file_expander(iter([{"url": "a.tar"}])))
+    with pytest.raises(wds.ShardItemError, match="must be a dict"):
+        list(tariterators.tar_file_expander(iter([{"url": "a.tar"}])))
+    assert list(tariterators.tar_file_expander([b"x"], handler=wds.ignore_and_continue)) == []
+
+
 def test_tar_file_expander_reports_a_failed_command_through_the_handler(
     shards: list[str],
 ) -> None:

@@ -43,13 +43,20 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, TypeGuard, overload
+from typing import TYPE_CHECKING, Any, TypeGuard, cast, overload
 
 from wdspipes.core.loading import compat_name
 from wdspipes.core.names import split_name
-from wdspipes.errors import DuplicateFieldError, Handler, handle, reraise_exception
+from wdspipes.errors import (
+    DuplicateFieldError,
+    Handler,
+    ShardItemError,
+    handle,
+    reraise_exception,
+)
+from wdspipes.gopen import gopen
 from wdspipes.io.items import shard_url
-from wdspipes.io.urls import ByteStream, close_quietly, open_url, shard_failure
+from wdspipes.io.urls import ByteStream, close_quietly, shard_failure
 from wdspipes.read.walk import iter_tar_tuples
 
 if TYPE_CHECKING:
@@ -116,7 +123,7 @@ def valid_sample(sample: Any) -> TypeGuard[dict[str, Any]]:
 def _stage(module: str, name: str, handler: Any, options: dict[str, Any]) -> Stage:
     """wdspipes' curried stage ``module.name(handler, **options)`` (loaded with torch)."""
     factory = getattr(importlib.import_module(module), name)
-    return factory(reraise_exception if handler is None else handler, **options)  # type: ignore[no-any-return]
+    return cast("Stage", factory(reraise_exception if handler is None else handler, **options))
 
 
 def _is_source(data: Any) -> bool:
@@ -145,7 +152,7 @@ def url_opener(
     Args:
         data: shard items.
         handler: what to do when a shard cannot be opened.
-        **kw: passed to :func:`~wdspipes.io.urls.open_url` (``storage_options=``).
+        **kw: passed to :func:`~wdspipes.gopen.gopen` (``bufsize=``, ``storage_options=``).
     """
     if not _is_source(data):
         return _stage("wdspipes.io.opener", "url_opener", handler or data, kw)
@@ -155,20 +162,15 @@ def url_opener(
 def _open_each(data: Iterable[Any], handler: Handler, **kw: Any) -> Iterator[dict[str, Any]]:
     for item in data:
         try:
-            stream = open_url(shard_url(item), **kw)
+            stream = cast(ByteStream, gopen(shard_url(item), "rb", **kw))
         except Exception as exn:
             if handle(handler, exn):
                 continue
             return
+        shard = {"url": item} if isinstance(item, str) else dict(item)
+        shard["stream"] = stream
         try:
-            yield (
-                {"url": item, "stream": stream}
-                if isinstance(item, str)
-                else {
-                    **item,
-                    "stream": stream,
-                }
-            )
+            yield shard
         finally:
             close_quietly(stream)
 
@@ -304,9 +306,9 @@ def _opened(source: Any) -> tuple[str, ByteStream, str | None]:
         url, stream = source
     else:
         if not isinstance(source, Mapping) or source.get("stream") is None:
-            raise TypeError(
-                'an opened shard must be a dict with "url" and "stream", or a (url, stream) '
-                f"pair, got {type(source).__name__}"
+            raise ShardItemError(  # an AssertionError, as webdataset asserted
+                'an opened shard must be a dict with "url" and "stream" (as url_opener yields) '
+                f"or a (url, stream) pair, got {type(source).__name__}"
             )
         url, stream = shard_url(source), source["stream"]
         local_path = source.get("local_path")
