@@ -133,6 +133,14 @@ def test_claims_of_processes_that_are_gone_are_put_back(tmp_path: Path, library:
 # --- where wdspipes differs on purpose -----------------------------------------------------
 
 
+def test_a_shard_removed_while_claimed_is_left_gone(tmp_path: Path) -> None:
+    """webdataset fails with a FileNotFoundError as it recycles a shard removed meanwhile."""
+    path = queue(tmp_path / "q", 2)
+    shards = iter(wds.DirectoryShardList(path, pattern="*.tar", select="oldest", poll=None))
+    os.remove(next(shards))
+    assert names([next(shards)]) == [f"file1.tar._{PID}_"]
+
+
 def test_a_dead_readers_shard_is_read_again_not_removed(tmp_path: Path) -> None:
     """webdataset does with another process's claim what its own mode says: under
     ``unlink`` it removes a shard that process may have read only in part."""

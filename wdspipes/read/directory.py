@@ -151,13 +151,15 @@ class ShardClaimer(StageDataPipe[str]):
         return sorted(found)
 
     def recycle(self, claimed: str) -> None:
-        """Do with the shard claimed as ``claimed`` what the mode says (see the module)."""
-        if self.mode == "unlink":
-            os.unlink(claimed)
-        elif self.mode == "keep":
-            os.rename(claimed, _LAST_EXTENSION.sub("", claimed) + "._done_")
-        else:
-            os.rename(claimed, _LAST_EXTENSION.sub("", claimed))
+        """Do with the shard claimed as ``claimed`` what the mode says (see the module); a
+        shard removed by someone else meanwhile is left gone."""
+        with contextlib.suppress(FileNotFoundError):
+            if self.mode == "unlink":
+                os.unlink(claimed)
+            elif self.mode == "keep":
+                os.rename(claimed, _LAST_EXTENSION.sub("", claimed) + "._done_")
+            else:
+                os.rename(claimed, _LAST_EXTENSION.sub("", claimed))
 
     def cleanup_files_without_processes(self, directory: str | None = None) -> None:
         """Put back the shards claimed by processes that are gone, in ``directory`` (each of
