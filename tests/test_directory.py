@@ -16,9 +16,8 @@ from typing import Any
 import pytest
 from reference import wdsref
 from shardgen import make_tar, sample_members
-from torch.utils.data import DataLoader
 from torch.utils.data.datapipes.iter import IterableWrapper
-from workers import print_warnings
+from workers import two_workers
 
 import wdspipes as wds
 from wdspipes.read.directory import ShardClaimer
@@ -234,13 +233,7 @@ def test_workers_share_one_queue_and_read_every_sample_once(
         wds.DirectoryShardList(str(directory), pattern="*.tar", mode="unlink", poll=None),
         wds.tarfile_to_samples(),
     )
-    loader = DataLoader(
-        pipe,
-        batch_size=None,
-        num_workers=2,
-        multiprocessing_context="fork",
-        worker_init_fn=print_warnings,
-    )
+    loader = two_workers(pipe)
     read = [sample["__key__"] for sample in loader]
     assert sorted(read) == sorted(keys)
     assert list(directory.iterdir()) == []

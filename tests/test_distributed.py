@@ -44,7 +44,7 @@ import torch.multiprocessing as mp
 from torch.utils.data import DataLoader, IterDataPipe
 from torch.utils.data.datapipes.iter import IterableWrapper
 from torch.utils.data.datapipes.iter.sharding import SHARDING_PRIORITIES
-from workers import print_warnings
+from workers import two_workers
 
 import wdspipes as wds
 from wdspipes.loaders import dataloader2
@@ -431,13 +431,7 @@ def test_workers_of_a_plain_dataloader_are_told_they_split_unevenly(
 ) -> None:
     """The warning comes from worker 0, in its own process: it reaches the terminal."""
     write_shards(tmp_path, [2])
-    loader = DataLoader(
-        wds.WebDataset(shards_of(tmp_path)),
-        batch_size=None,
-        num_workers=2,
-        multiprocessing_context="fork",
-        worker_init_fn=print_warnings,
-    )
+    loader = two_workers(wds.WebDataset(shards_of(tmp_path)))
     assert len(list(loader)) == 2
     assert (
         "RuntimeWarning: 1 shard for 2 workers: 1 reader gets none; a multiple of 2 shards "
@@ -450,13 +444,7 @@ def test_a_pipeline_without_a_split_under_workers_is_told_it_reads_twice(
 ) -> None:
     write_shards(tmp_path, [2] * 2)
     pipe = wds.ShardList(shards_of(tmp_path)).open_shards().load_tar().group_samples()
-    loader = DataLoader(
-        pipe,
-        batch_size=None,
-        num_workers=2,
-        multiprocessing_context="fork",
-        worker_init_fn=print_warnings,
-    )
+    loader = two_workers(pipe)
     assert len(list(loader)) == 8  # what the warning is about: every sample twice
     assert "ShardOpener has no sharding_filter upstream, so each of the 2 readers" in (
         capfd.readouterr().err
@@ -492,13 +480,7 @@ def test_a_source_that_draws_in_each_worker_is_not_told_it_reads_twice(
     of shards drawn apart in each worker; it is for a shard list of known length only."""
     write_shards(tmp_path, [2] * 3)
     pipe = wds.DataPipeline(source(shards_of(tmp_path), draws=2), wds.tarfile_to_samples())
-    loader = DataLoader(
-        pipe,
-        batch_size=None,
-        num_workers=2,
-        multiprocessing_context="fork",
-        worker_init_fn=print_warnings,
-    )
+    loader = two_workers(pipe)
     assert len(list(loader)) == 8
     assert "sharding_filter" not in capfd.readouterr().err
 

@@ -6,7 +6,9 @@ import sys
 import warnings
 from typing import Any
 
-__all__ = ["print_warnings"]
+from torch.utils.data import DataLoader
+
+__all__ = ["print_warnings", "two_workers"]
 
 
 def print_warnings(worker_id: int) -> None:
@@ -17,3 +19,15 @@ def print_warnings(worker_id: int) -> None:
         sys.stderr.write(warnings.formatwarning(message, category, filename, lineno))
 
     warnings.showwarning = show
+
+
+def two_workers(pipe: Any) -> DataLoader[Any]:
+    """A plain DataLoader of ``pipe`` with two forked workers that show their warnings on
+    stderr (see :func:`print_warnings`), for a test to read with ``capfd``."""
+    return DataLoader(
+        pipe,
+        batch_size=None,
+        num_workers=2,
+        multiprocessing_context="fork",
+        worker_init_fn=print_warnings,
+    )
