@@ -136,7 +136,7 @@ def test_a_shard_removed_while_claimed_is_left_gone(tmp_path: Path) -> None:
     """webdataset fails with a FileNotFoundError as it recycles a shard removed meanwhile."""
     path = queue(tmp_path / "q", 2)
     shards = iter(wds.DirectoryShardList(path, pattern="*.tar", select="oldest", poll=None))
-    os.remove(next(shards))
+    os.remove(wds.shard_url(next(shards)))
     assert names([next(shards)]) == [f"file1.tar._{PID}_"]
 
 

@@ -2,7 +2,8 @@
 the ``claim_shards`` stage.
 
 A reader claims a shard by renaming it, atomically, to ``NAME._PID_`` (its process id), so that
-no other reader (a worker, another process on the machine) takes it too, and yields that path.
+no other reader (a worker, another process on the machine) takes it too, and yields it as
+webdataset does, ``{"url": path}``.
 When the stage after it asks for the next shard, the one before is done with: it is removed
 (``mode="unlink"``), renamed ``NAME._done_`` (``"keep"``), or put back as ``NAME`` for another
 turn (``"resample"``). Shards are picked at random or oldest first. With nothing to claim, the
@@ -46,7 +47,7 @@ _LAST_EXTENSION = re.compile(r"\.[^.]*$")
 
 
 @functional_stage("claim_shards")
-class ShardClaimer(StageDataPipe[str]):
+class ShardClaimer(StageDataPipe[dict[str, str]]):
     """Take shards from directories that producers fill (functional name: ``claim_shards``).
 
     Each directory of the source is read in turn: its shards are claimed one at a time, as
@@ -68,7 +69,9 @@ class ShardClaimer(StageDataPipe[str]):
         fate: taken and left aside, as in webdataset.
 
     Yields:
-        The path of each shard claimed (``DIRECTORY/NAME._PID_``).
+        Each shard claimed, as webdataset's shard lists yield them: ``{"url": path}`` with
+        the path ``DIRECTORY/NAME._PID_`` (every stage that takes shard items takes them:
+        see :mod:`wdspipes.io.items`).
 
     Raises:
         ValueError: an unknown ``mode`` or ``select``.
@@ -80,7 +83,7 @@ class ShardClaimer(StageDataPipe[str]):
     ...     _ = (queue / name).write_bytes(b"")
     >>> claimed = IterableWrapper([str(queue)]).claim_shards(
     ...     pattern="*.tar", select="oldest", mode="keep", poll=None)
-    >>> [pathlib.Path(path).name.split("._")[0] for path in claimed]
+    >>> [pathlib.Path(shard["url"]).name.split("._")[0] for shard in claimed]
     ['a.tar', 'b.tar']
     >>> sorted(path.name for path in queue.iterdir())
     ['a.tar._done_', 'b.tar._done_']
@@ -111,12 +114,12 @@ class ShardClaimer(StageDataPipe[str]):
         self.select = select
         self.fate = fate
 
-    def __iter__(self) -> Iterator[str]:
+    def __iter__(self) -> Iterator[dict[str, str]]:
         rng = random.Random()  # which file to try: fresh in every process, or all would race
         for path in self.source_datapipe:
             yield from self._claims(path, rng)
 
-    def _claims(self, path: str, rng: random.Random) -> Iterator[str]:
+    def _claims(self, path: str, rng: random.Random) -> Iterator[dict[str, str]]:
         if not os.path.isdir(path):
             raise NotADirectoryError(f"claim_shards: {path!r} is not a directory")
         directory = os.path.join(path, "")  # its URLs begin with it: a name cannot be a scheme
@@ -138,7 +141,7 @@ class ShardClaimer(StageDataPipe[str]):
             except FileNotFoundError:  # another reader claimed it first
                 continue
             last = time.monotonic()
-            yield claimed
+            yield {"url": claimed}
             self.recycle(claimed)
             self.cleanup_files_without_processes(directory)
 
@@ -199,10 +202,10 @@ def DirectoryShardList(
     fate: object = None,
 ) -> ShardClaimer:
     """webdataset's ``DirectoryShardList(path, ...)``: the shards claimed from directory
-    ``path`` (``claim_shards`` on it; see :class:`ShardClaimer` for the arguments). As in
-    webdataset it yields each shard once claimed; unlike it, paths (wdspipes' shard lists
-    yield URLs, not ``{"url": ...}`` dicts), and the default pattern's ``{tar,tgz,tar.tgz}``
-    alternatives are expanded.
+    ``path`` (``claim_shards`` on it; see :class:`ShardClaimer` for the arguments), yielded as
+    webdataset's are, ``{"url": path}``. Unlike webdataset's, the default pattern's
+    ``{tar,tgz,tar.tgz}`` alternatives are expanded (see the module for the other
+    differences).
 
     Raises:
         NotADirectoryError: ``path`` is not a directory.
