@@ -5,8 +5,10 @@ example to EXAMPLES; the tests fail until it is there."""
 
 from __future__ import annotations
 
+import os
 import random
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +96,28 @@ class Jitter:
         return (data, rng.random()) if key == ".txt" else None
 
 
+class ShardQueue(IterDataPipe[str]):
+    """A directory filled anew with copies of the shards each epoch, oldest first: the queue
+    that ``claim_shards`` takes them from."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = urls
+        self.directory = Path(urls[0]).parent / "queue"
+
+    def __iter__(self) -> Iterator[str]:
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self.directory.mkdir()
+        for age, url in enumerate(self.urls):
+            copy = self.directory / Path(url).name
+            shutil.copyfile(url, copy)
+            os.utime(copy, (age, age))
+        yield str(self.directory)
+
+
+def claimed(urls: list[str]) -> IterDataPipe[Any]:
+    return ShardQueue(urls).claim_shards(pattern="*.tar", select="oldest", mode="keep", poll=None)
+
+
 # Functional name -> (build an example pipeline from shard paths). Functions must be defined
 # at module level, so that the pipelines pickle.
 EXAMPLES: dict[str, Callable[[list[str]], IterDataPipe[Any]]] = {
@@ -118,6 +142,7 @@ EXAMPLES: dict[str, Callable[[list[str]], IterDataPipe[Any]]] = {
     "with_epoch": lambda urls: samples(urls).buffer_shuffle(5).with_epoch(30),
     "with_length": lambda urls: samples(urls).with_length(12),
     "repeat_epochs": lambda urls: samples(urls).buffer_shuffle(5).repeat_epochs(2),
+    "claim_shards": claimed,
     "interleave": lambda urls: samples(urls[:1]).interleave(
         samples(urls[1:]).buffer_shuffle(4), longest=True
     ),

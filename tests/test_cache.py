@@ -198,6 +198,22 @@ def test_second_epoch_reads_the_cache_and_makes_no_request(
     assert leftovers(cache) == []
 
 
+def test_cached_streams_are_context_managers(paths: list[str], cache: Path) -> None:
+    """A shard fetched into the cache, then read from it, then a local one: each stream
+    closes as its ``with`` block ends, and the fetched one is committed then."""
+    shard_cache = ShardCache(cache)
+    fetched = f"pipe:cat {paths[0]}"
+    kinds = []
+    for url in (fetched, fetched, paths[1]):
+        with shard_cache.open(url, wds.open_url) as stream:
+            kinds.append(type(stream).__name__)
+            assert stream.read() == Path(url.removeprefix("pipe:cat ")).read_bytes()
+        assert entries(cache) == [entry_name(fetched)]
+    assert kinds[0] == "CacheWriter" and kinds[2] == "Located"
+    assert (cache / entries(cache)[0]).read_bytes() == Path(paths[0]).read_bytes()
+    assert not leftovers(cache)
+
+
 def test_same_basename_in_two_folders_are_two_entries(source: Source, tmp_path: Path) -> None:
     paths = []
     for folder in ("train", "val"):

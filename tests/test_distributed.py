@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -43,6 +44,7 @@ import torch.multiprocessing as mp
 from torch.utils.data import DataLoader, IterDataPipe
 from torch.utils.data.datapipes.iter import IterableWrapper
 from torch.utils.data.datapipes.iter.sharding import SHARDING_PRIORITIES
+from workers import two_workers
 
 import wdspipes as wds
 from wdspipes.loaders import dataloader2
@@ -424,28 +426,12 @@ def test_dataloader2_layout_leaving_a_rank_without_shards_is_an_error(tmp_path: 
             opened(opener)
 
 
-def print_warnings(worker_id: int) -> None:
-    """Show warnings on stderr in a forked worker, as without pytest: the fork inherits
-    pytest's warning recorder, which would keep them in the worker."""
-
-    def show(message: Any, category: Any, filename: str, lineno: int, *_: Any) -> None:
-        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno))
-
-    warnings.showwarning = show
-
-
 def test_workers_of_a_plain_dataloader_are_told_they_split_unevenly(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """The warning comes from worker 0, in its own process: it reaches the terminal."""
     write_shards(tmp_path, [2])
-    loader = DataLoader(
-        wds.WebDataset(shards_of(tmp_path)),
-        batch_size=None,
-        num_workers=2,
-        multiprocessing_context="fork",
-        worker_init_fn=print_warnings,
-    )
+    loader = two_workers(wds.WebDataset(shards_of(tmp_path)))
     assert len(list(loader)) == 2
     assert (
         "RuntimeWarning: 1 shard for 2 workers: 1 reader gets none; a multiple of 2 shards "
@@ -458,17 +444,45 @@ def test_a_pipeline_without_a_split_under_workers_is_told_it_reads_twice(
 ) -> None:
     write_shards(tmp_path, [2] * 2)
     pipe = wds.ShardList(shards_of(tmp_path)).open_shards().load_tar().group_samples()
-    loader = DataLoader(
-        pipe,
-        batch_size=None,
-        num_workers=2,
-        multiprocessing_context="fork",
-        worker_init_fn=print_warnings,
-    )
+    loader = two_workers(pipe)
     assert len(list(loader)) == 8  # what the warning is about: every sample twice
     assert "ShardOpener has no sharding_filter upstream, so each of the 2 readers" in (
         capfd.readouterr().err
     )
+
+
+class WorkerResampler(torch.utils.data.IterableDataset[dict[str, str]]):
+    """A program's own resampler, webdataset style: each worker draws its own shards."""
+
+    def __init__(self, urls: list[str], draws: int) -> None:
+        self.urls, self.draws = urls, draws
+
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        rng = random.Random(0 if info is None else info.id)
+        return ({"url": rng.choice(self.urls)} for _ in range(self.draws))
+
+
+class SizedWorkerResampler(WorkerResampler):
+    """The same with a length, which says nothing of the split: it declares itself."""
+
+    per_worker_shards = True
+
+    def __len__(self) -> int:
+        return self.draws
+
+
+@pytest.mark.parametrize("source", [WorkerResampler, SizedWorkerResampler])
+def test_a_source_that_draws_in_each_worker_is_not_told_it_reads_twice(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], source: type[WorkerResampler]
+) -> None:
+    """Issue 27: "ShardOpener has no sharding_filter upstream" was a false alarm for a source
+    of shards drawn apart in each worker; it is for a shard list of known length only."""
+    write_shards(tmp_path, [2] * 3)
+    pipe = wds.DataPipeline(source(shards_of(tmp_path), draws=2), wds.tarfile_to_samples())
+    loader = two_workers(pipe)
+    assert len(list(loader)) == 8
+    assert "sharding_filter" not in capfd.readouterr().err
 
 
 def test_a_reader_of_an_unsized_shard_list_that_got_nothing_says_so(tmp_path: Path) -> None:

@@ -350,6 +350,12 @@ def test_reads_of_any_size_give_the_bytes_across_drops(
     assert server.ranges() == [None] + [f"bytes={offset}-" for offset in drops]
 
 
+def test_a_response_is_a_context_manager(server: ShardServer, shards: list[Path]) -> None:
+    with wds.open_url(f"{server.url}/shard-000.tar") as stream:
+        assert stream.read() == shards[0].read_bytes()
+    assert stream.closed
+
+
 def test_tunables_are_checked() -> None:
     with pytest.raises(ValueError, match="retries must be >= 0, got -1"):
         open_http("http://127.0.0.1:9/x.tar", retries=-1)

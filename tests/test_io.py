@@ -4,12 +4,14 @@ handle and child process is closed when a shard ends or iteration is abandoned."
 from __future__ import annotations
 
 import gc
+import io
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from reference import wdsref
 from shardgen import make_tar, sample_members, write_shards
 
 import wdspipes as wds
@@ -97,6 +99,46 @@ def test_pipe_reads_the_command_output(tmp_path: Path) -> None:
     samples = list(wds.WebDataset(f"pipe:cat {path}"))
     assert [s["__key__"] for s in samples] == ["000-00000", "000-00001", "000-00002"]
     assert all(s["__url__"] == f"pipe:cat {path}" for s in samples)
+
+
+def stream_kinds(path: Path) -> dict[str, str]:
+    return {"path": str(path), "file-url": path.as_uri(), "pipe": f"pipe:cat {path}"}
+
+
+@pytest.mark.parametrize("kind", ["path", "file-url", "pipe"])
+def test_read_streams_are_context_managers_as_webdatasets_gopen(tmp_path: Path, kind: str) -> None:
+    """``with open_url(url) as stream``, as webdataset's ``with gopen(url, "rb")``: the same
+    bytes, and the stream closed (its command reaped) when the block ends (issue 27)."""
+    path = tmp_path / "a.tar"
+    path.write_bytes(b"abc" * 1000)
+    url = stream_kinds(path)[kind]
+    children = set(child_states())
+    with open_url(url) as stream:
+        ours = stream.read()
+    with wdsref.gopen(url, "rb") as theirs:
+        assert ours == theirs.read() == path.read_bytes()
+    assert stream.closed
+    assert set(child_states()) <= children
+
+
+def test_stdin_is_a_context_manager_that_leaves_stdin_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stdin = io.TextIOWrapper(io.BytesIO(b"abc"))
+    monkeypatch.setattr(sys, "stdin", stdin)
+    with open_url("-") as stream:
+        assert stream.read() == b"abc"
+    assert stream.closed and not stdin.closed
+
+
+def test_a_command_that_fails_is_reported_as_its_with_block_ends(tmp_path: Path) -> None:
+    children = set(child_states())
+    with pytest.raises(wds.CommandError, match="status 3"), open_url("pipe:echo x; exit 3") as s:
+        assert s.read() == b"x\n"
+    with pytest.raises(KeyError), open_url("pipe:echo x; exit 3") as s:  # the block's error wins
+        s.read()
+        raise KeyError("the block's")
+    assert set(child_states()) <= children
 
 
 def test_failing_command_names_command_and_status(tmp_path: Path) -> None:

@@ -76,3 +76,36 @@ def test_names_star_import_and_missing_names() -> None:
         "TarLoader True True",
         "module 'wdspipes' has no attribute 'NoSuchName'",
     ]
+
+
+def test_webdatasets_module_paths_load_torch_only_for_names_that_need_it() -> None:
+    """A program's own reader, from ``wdspipes.tariterators`` and the helpers of ``filters``,
+    ``utils``, ``shardlists``, ``handlers`` and ``gopen``, runs without torch; a stage loads it."""
+    out = run(
+        "import io, sys, tarfile\n"
+        "from wdspipes.tariterators import group_by_keys, tar_file_expander, url_opener\n"
+        "from wdspipes.filters import _shuffle, getfirst, pipelinefilter\n"
+        "from wdspipes.utils import pytorch_worker_seed\n"
+        "from wdspipes.shardlists import expand_urls\n"
+        "from wdspipes.handlers import warn_and_continue\n"
+        "from wdspipes import gopen\n"
+        "import wdspipes as wds\n"
+        "buf = io.BytesIO()\n"
+        "with tarfile.open(fileobj=buf, mode='w') as tf:\n"
+        "    info = tarfile.TarInfo('a.txt'); info.size = 1\n"
+        "    tf.addfile(info, io.BytesIO(b'1'))\n"
+        "shards = [{'url': 'm.tar', 'stream': io.BytesIO(buf.getvalue())}]\n"
+        "samples = group_by_keys(tar_file_expander(shards, handler=warn_and_continue))\n"
+        "shuffled = _shuffle(samples, 10, seed=pytorch_worker_seed())\n"
+        "print([getfirst(s, 'jpg;txt') for s in shuffled])\n"
+        "print(expand_urls('a-{0..1}.tar'), callable(wds.gopen), gopen is wds.gopen)\n"
+        "print('torch' in sys.modules)\n"
+        "from wdspipes.shardlists import SimpleShardList\n"
+        "print('torch' in sys.modules)\n"
+    )
+    assert out.splitlines() == [
+        "[b'1']",
+        "['a-0.tar', 'a-1.tar'] True True",
+        "False",
+        "True",
+    ]

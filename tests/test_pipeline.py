@@ -4,7 +4,6 @@ and the buffer shuffler they use for shard order. All three ways give the same s
 from __future__ import annotations
 
 import functools
-import gc
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from reference import quietly, wdsref
 from shardgen import Shards, make_tar, write_shards
 from stage_examples import comparable as plain
 from torch.utils.data import DataLoader, IterDataPipe
@@ -24,6 +24,7 @@ from torch.utils.data.graph import traverse_dps
 from torch.utils.data.graph_settings import get_all_graph_pipes
 
 import wdspipes as wds
+from wdspipes.loaders import dataloader2
 
 
 def keys(pipe: Any) -> list[str]:
@@ -222,7 +223,53 @@ def test_buffer_shuffle_seeding() -> None:
     a.set_seed(9)
     b.set_seed(9)
     assert list(a) == list(b)
-    assert list(source.buffer_shuffle(10).set_shuffle(False)) == list(range(50))
+
+
+LOADER_FLAG_OFF: dict[str, Callable[[IterDataPipe[Any]], Any]] = {
+    "DataLoader": lambda pipe: DataLoader(pipe, batch_size=None, shuffle=False),
+    "WebLoader": lambda pipe: wds.WebLoader(pipe, batch_size=None, shuffle=False),
+    "DataLoader2": lambda pipe: dataloader2_with_shuffle_flag(pipe, False),
+}
+
+
+def dataloader2_with_shuffle_flag(pipe: IterDataPipe[Any], shuffle: bool) -> Any:
+    """DataLoader2 in process, with torchdata's ``Shuffle`` adapter: how it takes the flag."""
+    module = dataloader2()  # imported quietly first
+    from torchdata.dataloader2.adapter import Shuffle
+
+    return module.DataLoader2(pipe, datapipe_adapter_fn=Shuffle(shuffle))
+
+
+@pytest.mark.parametrize("loader", sorted(LOADER_FLAG_OFF))
+def test_the_loaders_shuffle_flag_leaves_wdspipes_shuffles_on(loader: str) -> None:
+    """As in webdataset: ``shuffle=False`` on the loader does not turn a shuffle buffer, or a
+    shard shuffle before the split, into tar order (issue 27: it did, silently)."""
+    shards = IterableWrapper(range(12)).buffer_shuffle(12, initial=12)
+    pipe = shards.sharding_filter().buffer_shuffle(50, seed=3)
+    items = list(LOADER_FLAG_OFF[loader](pipe))
+    assert sorted(items) == list(range(12)) != items
+    assert list(pipe) != list(pipe)  # the pipeline given to the loader shuffles on too
+
+
+def test_the_loaders_shuffle_flag_still_switches_torchs_own_shuffle() -> None:
+    source = IterableWrapper(range(30))
+    assert list(DataLoader(source.shuffle(), batch_size=None, shuffle=False)) == list(range(30))
+    mixed = source.shuffle().buffer_shuffle(10, seed=1)
+    unshuffled_source = list(IterableWrapper(range(30)).buffer_shuffle(10, seed=1))
+    assert list(DataLoader(mixed, batch_size=None, shuffle=False)) == unshuffled_source
+
+
+def test_shuffle_true_adds_no_torch_shuffler_after_a_wdspipes_shuffle() -> None:
+    pipe = IterableWrapper(range(20)).buffer_shuffle(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns where it adds a Shuffler
+        loader = DataLoader(pipe, batch_size=None, shuffle=True)
+    stages = get_all_graph_pipes(traverse_dps(loader.dataset))
+    assert [type(stage).__name__ for stage in stages[1:]] == [
+        "BufferShuffler",
+        "IterableWrapperIterDataPipe",
+    ]  # after the loader's serialization wrapper, no Shuffler
+    assert sorted(loader) == list(range(20))
 
 
 def test_buffer_shuffle_after_sharding_differs_per_worker_with_one_seed() -> None:
@@ -246,10 +293,6 @@ def test_buffer_shuffle_checks_its_arguments() -> None:
 
 # --- any iterable as the source, and WebLoader (issue 17 item 5) ----------------------------
 
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    import webdataset as wdsref
-
 
 def numbered_shards(directory: Path, shards: int = 4, per_shard: int = 5) -> list[str]:
     """Shards whose samples have an int ``cls`` (0, 1, ... in order) and a ``txt``."""
@@ -266,18 +309,6 @@ def numbered_shards(directory: Path, shards: int = 4, per_shard: int = 5) -> lis
         path.write_bytes(make_tar(members))
         paths.append(str(path))
     return paths
-
-
-def quietly(run: Callable[[Any], list[Any]], lib: Any) -> list[Any]:
-    """``run(lib)``; for webdataset, which leaks one open file per shard, with those files
-    closed (and their warnings silenced) before it returns."""
-    if lib is wds:
-        return run(lib)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        result = run(lib)
-        gc.collect()
-    return result
 
 
 def cls_and_txt(lib: Any, paths: list[str]) -> Any:
@@ -405,7 +436,7 @@ def test_webloader_is_a_datapipe_with_the_loader_inside(tmp_path: Path) -> None:
     assert isinstance(loader, IterDataPipe) and isinstance(loader.loader, DataLoader)
     assert len(loader.with_length(9)) == 9
     batches = list(loader)
-    assert type(batches[0]) is tuple  # a tuple stays a tuple (torch's loader: a list)
+    assert type(batches[0]) is list  # torch's loader makes a tuple a list, as in webdataset
     assert [len(b[0]) for b in batches] == [4] * 5
     with pytest.raises(wds.ResumeError, match="at the end of the pipeline, cannot resume"):
         loader.unbatched().state_dict()

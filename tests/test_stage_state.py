@@ -33,9 +33,9 @@ from wdspipes.core.resume import chain_of
 from wdspipes.core.torch_stages import TORCH_STAGES, part_of
 from wdspipes.errors import ResumeError
 
-REFUSED = {"list_shards", "resample_shards", "open_shards", "load_tar"}
+REFUSED = {"list_shards", "resample_shards", "open_shards", "load_tar", "claim_shards"}
 """Examples whose stage cannot resume at any cut: shard URLs, opened shards and bare tar members
-have no reader that keeps their place."""
+have no reader that keeps their place; claimed shards are consumed."""
 
 RESUMED_BETWEEN = {"unbatched": 4}
 """Examples whose stage resumes only between groups of this many items, and refuses inside."""

@@ -171,6 +171,9 @@ def test_memory_store_needs_no_server(tmp_path: Path) -> None:
         samples = list(wds.WebDataset("memory://wds-test/train/train-{000..001}.tar"))
         assert contents(samples) == contents(list(wds.WebDataset(local)))
         assert samples[0]["__url__"] == "memory://wds-test/train/train-000.tar"
+        with open_url("memory://wds-test/train/train-001.tar") as stream:
+            assert stream.read() == Path(local[1]).read_bytes()
+        assert stream.closed
     finally:
         memory.rm("/wds-test", recursive=True)
 

@@ -20,6 +20,11 @@ seeds, ranks and workers, the state protocol and its walker, torchdata's mends),
 ``errors`` is the one hierarchy every folder raises and users catch. ``core.distributed`` is
 in ``core`` because seeds, shard lists and the opener all need the split among ranks and
 workers. docs/guide/layout.md lists every module and where each stage is.
+
+webdataset's module paths hold the names programs import from them: ``wdspipes.shardlists``,
+``wdspipes.tariterators``, ``wdspipes.filters``, ``wdspipes.utils``, ``wdspipes.autodecode``,
+``wdspipes.handlers`` and ``wdspipes.gopen`` (``wds.gopen`` is the function, as in
+webdataset); see docs/webdataset-modules.md.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from wdspipes.core import loading
+from wdspipes.gopen import gopen as gopen  # the function, as webdataset's; loads nothing yet
 
 if TYPE_CHECKING:  # what type checkers and IDEs see: every name, as loaded
     from wdspipes.api import *  # noqa: F403

@@ -38,17 +38,21 @@ from wdspipes.errors import (
     warn_and_continue,
     warn_and_stop,
 )
+from wdspipes.filters import getfirst, pipelinefilter
+from wdspipes.gopen import gopen
 from wdspipes.io import ShardStream, open_url, shard_url
-from wdspipes.io.opener import ShardOpener, url_opener
+from wdspipes.io.opener import ShardOpener
 from wdspipes.pipeline import (
     DataPipeline,
     IterableSource,
     IteratorStage,
+    PipelineStage,
     WebDataset,
     WebLoader,
     tarfile_to_samples,
 )
-from wdspipes.read.grouping import SampleGrouper, group_by_keys
+from wdspipes.read.directory import DirectoryShardList, ShardClaimer
+from wdspipes.read.grouping import SampleGrouper
 from wdspipes.read.random_access import IndexReader, SamplerIndices, ShardListDataset, wids_sample
 from wdspipes.read.samplers import ChunkedSampler, DistributedChunkedSampler, ShardedSampler
 from wdspipes.read.shards import (
@@ -62,9 +66,9 @@ from wdspipes.read.shards import (
 )
 from wdspipes.read.specs import expand_urls
 from wdspipes.read.streams import CborLoader, MsgpackLoader, cbors_to_samples, msgpack_to_samples
-from wdspipes.read.tar import TarLoader, tar_file_expander
+from wdspipes.read.tar import TarLoader
 from wdspipes.read.walk import TarMember, iter_tar
-from wdspipes.samples.batch import Batcher, Unbatcher, batched, collate, unbatched
+from wdspipes.samples.batch import Batcher, SampleList, Unbatcher, batched, collate, unbatched
 from wdspipes.samples.decoders import (
     Continue,
     Decoder,
@@ -101,6 +105,7 @@ from wdspipes.samples.fields import (
 )
 from wdspipes.samples.mix import Interleaver, RandomInterleaver, RandomMix, RoundRobin
 from wdspipes.samples.shuffle import BufferShuffler, shuffle
+from wdspipes.tariterators import group_by_keys, tar_file_expander, url_opener
 from wdspipes.write import SampleEncoder, ShardWriter, TarWriter, encode_value
 from wdspipes.write.streams import CborWriter, MsgpackWriter
 
@@ -121,6 +126,7 @@ __all__ = [
     "DataWarning",
     "DecodeError",
     "Decoder",
+    "DirectoryShardList",
     "DistributedChunkedSampler",
     "DuplicateFieldError",
     "EncodeError",
@@ -139,6 +145,7 @@ __all__ = [
     "MsgpackLoader",
     "MsgpackWriter",
     "NoEndMarkerWarning",
+    "PipelineStage",
     "RandomInterleaver",
     "RandomMix",
     "RandomResizedCrop",
@@ -150,9 +157,11 @@ __all__ = [
     "SampleEncoder",
     "SampleError",
     "SampleGrouper",
+    "SampleList",
     "SampleMapper",
     "SampleSelector",
     "SamplerIndices",
+    "ShardClaimer",
     "ShardError",
     "ShardIndexError",
     "ShardItemError",
@@ -191,6 +200,8 @@ __all__ = [
     "expand_urls",
     "fix_dataloader2",
     "full_sync",
+    "getfirst",
+    "gopen",
     "group_by_keys",
     "handle_extension",
     "ignore_and_continue",
@@ -201,6 +212,7 @@ __all__ = [
     "map_tuple",
     "msgpack_to_samples",
     "open_url",
+    "pipelinefilter",
     "rename",
     "repeat",
     "reraise_exception",

@@ -16,6 +16,7 @@ from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
 from wdspipes.core.curried import Stage, is_stage_factory, stage_factory
 from wdspipes.core.datapipe import StageDataPipe
+from wdspipes.core.distributed import declares_per_worker
 from wdspipes.errors import Handler, ResumeError, reraise_exception
 from wdspipes.io import ShardItem, ShardOpener
 from wdspipes.io.cache import DEFAULT_CACHE_SIZE, CacheDir, StorageOptions, opener_options
@@ -29,10 +30,44 @@ __all__ = [
     "DataPipeline",
     "IterableSource",
     "IteratorStage",
+    "PipelineStage",
     "WebDataset",
     "WebLoader",
     "tarfile_to_samples",
 ]
+
+
+class PipelineStage:
+    """webdataset's base of a stage of your own: a class whose ``run(self, src)`` takes the
+    iterator of the stage before it and returns an iterator, each epoch.
+
+    In ``DataPipeline(...)`` an instance runs as ``IteratorStage(upstream, stage.run)``; as the
+    source (the first stage), ``run()`` is called with no argument each epoch. Its attributes
+    must pickle where a loader pickles the pipeline (DataLoader2, ``spawn`` workers).
+
+    >>> import random
+    >>> class Shuffle(PipelineStage):
+    ...     def __init__(self, seed):
+    ...         self.seed, self.epoch = seed, -1
+    ...     def run(self, src):
+    ...         self.epoch += 1
+    ...         items = list(src)
+    ...         random.Random(self.seed + self.epoch).shuffle(items)
+    ...         return iter(items)
+    >>> pipe = DataPipeline("s-{0..9}.tar", Shuffle(seed=1))
+    >>> first, second = list(pipe), list(pipe)
+    >>> sorted(first) == sorted(second), first == second
+    (True, False)
+    """
+
+    def run(self, *src: Iterator[Any]) -> Iterable[Any]:
+        """The stage's items: from ``src``, the iterator of the stage before; as a source,
+        called with none."""
+        raise NotImplementedError(f"{type(self).__name__} must define run(self, src)")
+
+    def invoke(self, *args: Any, **kwargs: Any) -> Any:
+        """webdataset's name of the same call."""
+        return self.run(*args, **kwargs)
 
 
 class IteratorStage(StageDataPipe[Any]):
@@ -57,6 +92,12 @@ class IteratorStage(StageDataPipe[Any]):
 
     def __iter__(self) -> Iterator[Any]:
         yield from self.fn(iter(self.source_datapipe))
+
+    @property
+    def per_worker_shards(self) -> bool:
+        """Whether the function declares that it gives each worker shards of its own (see
+        :func:`~wdspipes.core.distributed.declares_per_worker`)."""
+        return declares_per_worker(self.fn)
 
     def resume_state(self) -> None:
         raise ResumeError(
@@ -132,6 +173,14 @@ class IterableSource(StageDataPipe[Any]):
             raise TypeError("an IterableSource of a function has no length")
         return len(self.source)  # type: ignore[arg-type]  # a TypeError where it has none
 
+    @property
+    def per_worker_shards(self) -> bool:
+        """Whether the source declares that it gives each worker shards of its own (a true
+        ``per_worker_shards`` attribute: see
+        :func:`~wdspipes.core.distributed.declares_per_worker`), so that the opener after it
+        does not warn that every worker reads every shard."""
+        return declares_per_worker(self.source)
+
     def replay_state(self) -> None:
         if self.calls or isinstance(self.source, DataLoader):
             what = "a function" if self.calls else f"a loader ({type(self.source).__name__})"
@@ -161,10 +210,10 @@ class WebLoader(IterableSource):
     ``map_samples``, ``to_tuple``, ``with_epoch``, ``with_length``, ...). The pipeline it
     ends cannot save its state (a :class:`~wdspipes.errors.ResumeError` says so).
 
-    Unless given a ``collate_fn``, the loader collates (or, with ``batch_size=None``,
-    converts) as torch's DataLoader does, except that a tuple stays a tuple, as wdspipes'
-    batches are (torch's makes it a list, which ``unbatched`` would read as a list of
-    samples).
+    The loader collates (or, with ``batch_size=None``, converts) as torch's DataLoader does:
+    a tuple of columns becomes a list of them, which ``unbatched`` reads as columns, as
+    webdataset's does. As in webdataset, its ``shuffle=False`` leaves the pipeline's shuffles
+    on (see :meth:`~wdspipes.samples.shuffle.BufferShuffler.set_shuffle`).
 
     Args:
         *args: the arguments of ``torch.utils.data.DataLoader``: the dataset first (a
@@ -185,31 +234,11 @@ class WebLoader(IterableSource):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        loader = DataLoader(*args, **kwargs)
-        if "collate_fn" not in kwargs and len(args) < 7:  # collate_fn is DataLoader's 7th
-            batched = loader.batch_sampler is not None
-            loader.collate_fn = TupleKeeping(loader.collate_fn, batched=batched)
-        super().__init__(loader)
+        super().__init__(DataLoader(*args, **kwargs))
 
     @property
     def loader(self) -> DataLoader[Any]:
         return cast(DataLoader[Any], self.source)
-
-
-class TupleKeeping:
-    """torch's ``collate`` (or ``convert``), which makes a tuple of columns (or a tuple
-    sample) a list, with the tuple kept."""
-
-    def __init__(self, collate: Callable[[Any], Any], batched: bool) -> None:
-        self.collate = collate
-        self.batched = batched
-
-    def __call__(self, batch: Any) -> Any:
-        result = self.collate(batch)
-        sample = batch[0] if self.batched and isinstance(batch, list) and batch else batch
-        if type(sample) is tuple and type(result) is list:
-            return tuple(result)
-        return result
 
 
 def DataPipeline(*stages: Any) -> IterDataPipe[Any]:
@@ -228,6 +257,9 @@ def DataPipeline(*stages: Any) -> IterDataPipe[Any]:
       pipeline has one already, as ``ResampledShards`` does);
     - an IterDataPipe class, called with the upstream DataPipe;
     - a plain function from an iterator to an iterator (see :class:`IteratorStage`).
+
+    - a :class:`PipelineStage` (webdataset's), whose ``run(src)`` maps the upstream
+      iterator; in first place, ``run()`` is the source, called each epoch;
 
     ``None`` stages are skipped and lists of stages are spliced in.
 
@@ -265,6 +297,8 @@ def _flatten(stages: Iterable[Any]) -> list[Any]:
 def _source(stage: Any) -> IterDataPipe[Any]:
     if isinstance(stage, IterDataPipe):
         return stage
+    if isinstance(stage, PipelineStage):
+        return IterableSource(stage.run)
     if isinstance(stage, str | list | tuple):
         return ShardList(stage)
     if isinstance(stage, Stage | ShardSplit) or is_stage_factory(stage):
@@ -286,6 +320,8 @@ def _apply(stage: Any, pipe: IterDataPipe[Any], position: int) -> IterDataPipe[A
         stage = stage()
     if isinstance(stage, Stage) or (isinstance(stage, type) and issubclass(stage, IterDataPipe)):
         result = cast(Callable[[IterDataPipe[Any]], Any], stage)(pipe)
+    elif isinstance(stage, PipelineStage):
+        result = IteratorStage(pipe, stage.run)
     elif isinstance(stage, IterDataPipe):
         raise TypeError(
             f"stage {position} of DataPipeline is an IterDataPipe instance; only the first stage "

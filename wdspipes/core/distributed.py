@@ -16,6 +16,13 @@ out) or leaves the others waiting for it (DDP with plain DataLoader), so the ope
 split as each epoch begins (:func:`check_split`): a rank with no shards is an error, and an
 uneven split is a warning that says how many shards each rank gets.
 
+A pipeline with no sharding filter under several readers is told so only where every reader
+really reads every shard: where the opener reads a shard list of known length, and no stage
+before it declares that it gives each worker shards of its own. A source declares it with a
+true ``per_worker_shards`` attribute (its class's, or its own): a resampler that draws apart in
+each worker, a queue of shards that workers take from (``DirectoryShardList``), a program's
+own source that splits by worker itself.
+
 >>> layout = ReaderLayout(ranks=2, workers=4, rank=0, worker=0, rank_major=True)
 >>> layout.shards_per_rank(4), layout.shards_per_rank(6), layout.shards_per_rank(16)
 ([4, 0], [4, 2], [8, 8])
@@ -46,6 +53,7 @@ __all__ = [
     "ReaderLayout",
     "ShardSplitError",
     "check_split",
+    "declares_per_worker",
     "full_sync",
     "reader_layout",
     "sharding_filter_of",
@@ -160,6 +168,39 @@ def _is_first_reader() -> bool:
     return rank == 0 and (info is None or info.id == 0)
 
 
+def declares_per_worker(source: object) -> bool:
+    """Whether ``source`` (or the object a bound method ``source`` belongs to) declares that it
+    gives each worker shards of its own: a true ``per_worker_shards`` attribute.
+
+    >>> class Resampler:
+    ...     per_worker_shards = True
+    ...     def run(self): ...
+    >>> declares_per_worker(Resampler()), declares_per_worker(Resampler().run)
+    (True, True)
+    >>> declares_per_worker(["a.tar"])
+    False
+    """
+    owner = getattr(source, "__self__", None)
+    return any(getattr(obj, "per_worker_shards", False) is True for obj in (source, owner))
+
+
+def _every_reader_reads_all(datapipe: IterDataPipe[Any]) -> bool:
+    """Whether every reader of ``datapipe`` (an opener, with no sharding filter upstream)
+    reads all its shards: a shard list of known length that no stage before declares per
+    worker (see :func:`declares_per_worker`)."""
+    source = getattr(datapipe, "source_datapipe", None)
+    if source is None:
+        return False
+    for pipe in get_all_graph_pipes(traverse_dps(source)):
+        if declares_per_worker(pipe):
+            return False
+    try:
+        len(source)
+    except TypeError:  # a source that draws without end, or whose length is not known
+        return False
+    return True
+
+
 def check_split(datapipe: IterDataPipe[Any]) -> int | None:
     """Check how shards are split among readers, as an epoch of ``datapipe`` (an opener) begins.
 
@@ -172,12 +213,13 @@ def check_split(datapipe: IterDataPipe[Any]) -> int | None:
     Warns (from rank 0's worker 0 only, so once per job):
         RuntimeWarning: some readers get no shard, or ranks get different numbers of shards;
             or there is no sharding filter while a plain DataLoader or process group runs
-            several readers, which then all read every shard.
+            several readers, which then all read every shard of a list of known length
+            (unless a stage declares it gives each worker its own: see the module).
     """
     sharding_filter = sharding_filter_of(datapipe)
     if sharding_filter is None:
         readers = _loader_readers()
-        if readers > 1 and _is_first_reader():
+        if readers > 1 and _is_first_reader() and _every_reader_reads_all(datapipe):
             warnings.warn(
                 f"{type(datapipe).__name__} has no sharding_filter upstream, so each of the "
                 f"{readers} readers (ranks x workers) reads every shard; split the shard list "

@@ -23,11 +23,11 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from types import ModuleType
 from typing import Any
 
-__all__ = ["API", "api_dir", "api_name", "load_api", "when_torch_loads"]
+__all__ = ["API", "api_dir", "api_name", "compat_name", "load_api", "when_torch_loads"]
 
 API = "wdspipes.api"
 
@@ -53,9 +53,48 @@ def api_name(package: str, name: str, namespace: MutableMapping[str, Any]) -> An
     try:
         value = getattr(api, name)
     except AttributeError:
-        raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
+        value = _submodule(package, name)  # webdataset's module paths: wds.filters, ...
     namespace[name] = value
     return value
+
+
+def _submodule(package: str, name: str) -> ModuleType:
+    """The submodule ``package.name``, imported.
+
+    Raises:
+        AttributeError: there is none.
+    """
+    try:
+        return importlib.import_module(f"{package}.{name}")
+    except ModuleNotFoundError as exn:
+        if exn.name != f"{package}.{name}":
+            raise
+        raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
+
+
+def compat_name(module: str, name: str, lazy: Mapping[str, str], missing: Mapping[str, str]) -> Any:
+    """``module.name`` for a name that one of webdataset's module paths (``wdspipes.filters``,
+    ``wdspipes.shardlists``, ...) does not define itself: a name in ``lazy`` loads from the
+    module it maps to (``"wdspipes.api"``, or ``"path:attribute"`` for another name there),
+    and so torch only where that module needs it; a name in ``missing``, one of webdataset's
+    that wdspipes does not provide, is an AttributeError saying what to use instead.
+
+    >>> compat_name("wdspipes.x", "gunzip", {"gunzip": "gzip:decompress"}, {})
+    <function decompress at ...>
+    >>> compat_name("wdspipes.x", "Cached", {}, {"Cached": "use cache_dir="})
+    Traceback (most recent call last):
+    ...
+    AttributeError: webdataset.x.Cached has no counterpart in wdspipes.x: use cache_dir=
+    """
+    source = lazy.get(name)
+    if source is not None:
+        path, _, attribute = source.partition(":")
+        return getattr(importlib.import_module(path), attribute or name)
+    advice = missing.get(name)
+    if advice is not None:
+        theirs = "webdataset" + module.removeprefix("wdspipes")
+        raise AttributeError(f"{theirs}.{name} has no counterpart in {module}: {advice}")
+    raise AttributeError(f"module {module!r} has no attribute {name!r}")
 
 
 def api_dir(namespace: MutableMapping[str, Any]) -> list[str]:

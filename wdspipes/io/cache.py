@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from wdspipes.io.local import BUFFER_SIZE, local_path
+from wdspipes.io.local import BUFFER_SIZE, ClosingStream, local_path
 
 if TYPE_CHECKING:
     from wdspipes.io.urls import ByteStream
@@ -232,18 +232,20 @@ class ShardCache:
         return entries, total
 
 
-class Located:
+class Located(ClosingStream):
     """A stream and the local file it comes from (or goes to). Reads go straight to the
     stream's own bound methods: no cost per read."""
 
     def __init__(self, stream: ByteStream, local_path: str | None) -> None:
         self.stream = stream
         self.read = stream.read
-        self.close = stream.close
         self.local_path = local_path
 
+    def close(self) -> None:
+        self.stream.close()
 
-class CacheWriter:
+
+class CacheWriter(ClosingStream):
     """A shard read from its URL and written to the cache as it is read (the tee).
 
     Closing it after the source's end commits the entry: fsync, rename, then eviction. Closing

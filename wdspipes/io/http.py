@@ -58,6 +58,7 @@ from urllib3.exceptions import (
 )
 
 from wdspipes.errors import ShardError, ShardOpenError
+from wdspipes.io.local import ClosingStream
 
 __all__ = [
     "BACKOFF",
@@ -136,7 +137,7 @@ class _BodyCutError(Exception):
     """A body ended before its Content-Length, without an error from the connection."""
 
 
-class HttpStream:
+class HttpStream(ClosingStream):
     """The body of an HTTP(S) response, readable like a binary file: ``read(n)``, ``close()``.
 
     Makes the request at once (retrying as the module describes); reads resume after drops.

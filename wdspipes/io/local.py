@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
-from typing import BinaryIO
+from types import TracebackType
+from typing import BinaryIO, TypeVar
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
 from wdspipes.errors import ShardOpenError
 
-__all__ = ["BUFFER_SIZE", "local_path", "open_file", "open_stdin", "url_scheme"]
+__all__ = ["BUFFER_SIZE", "ClosingStream", "local_path", "open_file", "open_stdin", "url_scheme"]
+
+log = logging.getLogger(__name__)
 
 BUFFER_SIZE = 1 << 14
 """Read buffer of an opened shard (files, commands, decompressors).
@@ -20,6 +24,43 @@ copies what is buffered and reads most of the rest straight into the result, so 
 the buffer, the fewer bytes of large members are copied twice. 16 KiB read 100 KB members 6%
 faster than 64 KiB and 25% faster than 1 MiB, and 1 KB members within 4% of the fastest
 (best of 8 interleaved runs; benchmarks/README.md)."""
+
+
+_Stream = TypeVar("_Stream", bound="ClosingStream")
+
+
+class ClosingStream:
+    """What opened streams share with files: used with ``with``, as webdataset's
+    ``with gopen(url, "rb") as stream``, a stream is closed as the block ends: :meth:`close`
+    if the block succeeded, :meth:`abort` if it raised.
+
+    A read stream's ``close`` may raise (a ``pipe:`` command's failure status); its ``abort``
+    closes it and only logs such a failure, so that the block's own error goes on. A writer's
+    ``abort`` gives up what was written (:class:`~wdspipes.io.sinks.ClosesOrAborts`)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        """Close the stream after an error, which a failure of closing does not hide."""
+        try:
+            self.close()
+        except Exception:
+            log.debug("closing a stream after an error failed", exc_info=True)
+
+    def __enter__(self: _Stream) -> _Stream:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
 
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")
@@ -71,7 +112,7 @@ def open_file(url: str) -> BinaryIO:
         raise ShardOpenError.like(exn)(problem, url=url) from exn
 
 
-class _Stdin:
+class _Stdin(ClosingStream):
     """Standard input as a shard stream; closing it leaves ``sys.stdin`` open."""
 
     def __init__(self) -> None:

@@ -15,7 +15,7 @@ import signal
 import subprocess
 
 from wdspipes.errors import CommandError
-from wdspipes.io.local import BUFFER_SIZE
+from wdspipes.io.local import BUFFER_SIZE, ClosingStream
 
 __all__ = ["PipeStream", "describe_status", "end_group", "open_pipe"]
 
@@ -25,7 +25,7 @@ _OK_STATUS = frozenset({0, 141, -signal.SIGPIPE})
 _TERMINATE_GRACE = 2.0
 
 
-class PipeStream:
+class PipeStream(ClosingStream):
     """The standard output of a shell command, readable like a binary file."""
 
     def __init__(self, command: str, url: str) -> None:

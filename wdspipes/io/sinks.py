@@ -66,11 +66,10 @@ import subprocess
 import sys
 import warnings
 from collections.abc import Mapping
-from types import TracebackType
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
 from wdspipes.errors import CommandError, ShardOpenError, ShardWriteError, WdsError
-from wdspipes.io.local import BUFFER_SIZE, local_path, url_scheme
+from wdspipes.io.local import BUFFER_SIZE, ClosingStream, local_path, url_scheme
 from wdspipes.io.pipe import describe_status, end_group
 from wdspipes.io.stores import _FILESYSTEMS, STORE_EXTRAS, fsspec_protocols
 
@@ -87,32 +86,12 @@ _NOT_WRITABLE = {
 }
 
 
-_Done = TypeVar("_Done", bound="ClosesOrAborts")
-
-
-class ClosesOrAborts:
+class ClosesOrAborts(ClosingStream):
     """What writers share: used with ``with``, :meth:`close` completes what was written when
     the block succeeds, :meth:`abort` gives it up when the block raises."""
 
-    def close(self) -> None:
-        raise NotImplementedError
-
     def abort(self) -> None:
         raise NotImplementedError
-
-    def __enter__(self: _Done) -> _Done:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
 
 
 class ByteSink(ClosesOrAborts):

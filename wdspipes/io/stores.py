@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from wdspipes.errors import ShardError, ShardOpenError
+from wdspipes.io.local import ClosingStream
 
 __all__ = [
     "FIRST_BLOCK_SIZE",
@@ -114,7 +115,7 @@ def open_fsspec(url: str, storage_options: Mapping[str, Any] | None = None) -> F
     return FsspecStream(file, url)
 
 
-class FsspecStream:
+class FsspecStream(ClosingStream):
     """An fsspec file read in growing blocks: ``read(n)`` and ``close()``.
 
     A failed read raises :class:`~wdspipes.errors.ShardError` naming the URL and the byte

@@ -127,6 +127,10 @@ def open_url(
 
     A one-letter prefix such as ``C:`` is a path, not a scheme.
 
+    The stream is a context manager, as webdataset's ``gopen`` streams are:
+    ``with open_url(url) as stream`` closes it as the block ends, which is when a ``pipe:``
+    command's failure is raised (see :class:`~wdspipes.io.local.ClosingStream`).
+
     Args:
         url: the shard's URL.
         mode: ``"rb"`` to read, ``"wb"`` to write.

@@ -1,9 +1,10 @@
 """Batching: groups of samples collated column by column, and back.
 
 :func:`collate` turns a list of samples into one batch: dict samples into a dict of columns,
-tuples into a tuple of columns. In each column, tensors are stacked, numpy arrays stacked into a
-tensor, numbers (bool, int, float) become a tensor (bool, int64, float64, as torch's
-``default_collate``), and anything else (strings, None, nested values) a list.
+tuples into a tuple of columns, other items into one column. In each column, tensors are
+stacked, numpy arrays stacked into a tensor, numbers (bool, int, float) become a tensor (bool,
+int64, float64, as torch's ``default_collate``), and anything else (strings, None, nested
+values) a list; a batch of such items is a :class:`SampleList` of them.
 
 >>> import numpy as np
 >>> first = {"__key__": "a", "x": np.zeros(2), "y": 1}
@@ -12,6 +13,12 @@ tensor, numbers (bool, int, float) become a tensor (bool, int64, float64, as tor
 (['a', 'b'], torch.Size([2, 2]), tensor([1, 0]))
 >>> list(unbatch(batch))[1]["__key__"]
 'b'
+
+:func:`unbatch` reads a batch as webdataset's ``unbatched`` does: a dict of columns gives
+dicts, a tuple or a list of columns (as ``collate`` makes them, or torch's ``DataLoader``,
+which turns tuples into lists) gives a tuple per row, a tensor or an array its rows. A
+:class:`SampleList`, the list of samples that ``batched(n, collation_fn=None)`` yields, gives
+its samples back.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from wdspipes.core.datapipe import StageDataPipe, functional_stage
 from wdspipes.errors import CollationError, ResumeError, sample_location
 from wdspipes.samples.handover import batch_array
 
-__all__ = ["Batcher", "Unbatcher", "batched", "collate", "unbatch", "unbatched"]
+__all__ = ["Batcher", "SampleList", "Unbatcher", "batched", "collate", "unbatch", "unbatched"]
 
 Collate = Callable[[list[Any]], Any]
 
@@ -57,7 +64,8 @@ def collate(samples: Sequence[Any]) -> Any:
         return tuple(
             _column(str(i), list(column)) for i, column in enumerate(zip(*samples, strict=True))
         )
-    return _column("sample", list(samples))
+    column = _column("sample", list(samples))
+    return SampleList(column) if isinstance(column, list) else column  # items, not columns
 
 
 def _column(field: str, values: list[Any]) -> Any:
@@ -114,13 +122,28 @@ def _check_shapes(field: str, values: list[Any], kind: Any) -> None:
         raise CollationError(f"cannot stack field {field!r}: unequal shapes {shapes}", field=field)
 
 
+class SampleList(list[Any]):
+    """A list of samples, as ``batched(n, collation_fn=None)`` yields it: ``unbatched`` gives
+    its samples back, where it reads any other list as columns (as webdataset's does). It
+    stays one through torch's ``DataLoader``, which copies lists as they are.
+
+    >>> list(unbatch(SampleList([("a", 1), ("b", 2)]))), list(unbatch([["a", "b"], [1, 2]]))
+    ([('a', 1), ('b', 2)], [('a', 1), ('b', 2)])
+    """
+
+
 def unbatch(batch: Any) -> Iterator[Any]:
-    """The samples of a batch: a dict of columns gives dicts, a tuple of columns tuples, a list
-    or tensor its items. Numbers come back as 0-d tensors."""
+    """The samples of a batch (see the module): a dict of columns gives dicts, a tuple or list
+    of columns tuples, a :class:`SampleList` its samples, a tensor or array its rows. Numbers
+    come back as 0-d tensors.
+
+    Raises:
+        CollationError: columns of different lengths.
+    """
     if isinstance(batch, dict):
         for row in range(_rows(batch.values())):
             yield {field: column[row] for field, column in batch.items()}
-    elif isinstance(batch, tuple):
+    elif isinstance(batch, tuple | list) and not isinstance(batch, SampleList):
         _rows(batch)
         yield from zip(*batch, strict=True)
     else:
@@ -143,7 +166,7 @@ class Batcher(StageDataPipe[Any]):
         source_datapipe: yields samples.
         batchsize: samples per batch.
         collation_fn: makes a batch from a list of samples (:func:`collate` by default); None
-            gives the list itself.
+            gives the list itself, as a :class:`SampleList`.
         partial: yield the last batch even if it is smaller.
 
     Yields:
@@ -185,7 +208,7 @@ class Batcher(StageDataPipe[Any]):
             yield self._finish(batch)
 
     def _finish(self, batch: list[Any]) -> Any:
-        return batch if self.collation_fn is None else self.collation_fn(batch)
+        return SampleList(batch) if self.collation_fn is None else self.collation_fn(batch)
 
     def resume_state(self) -> None:
         """Nothing: between the batches it yields, it holds no sample."""
@@ -196,11 +219,18 @@ class Batcher(StageDataPipe[Any]):
 class Unbatcher(StageDataPipe[Any]):
     """Split batches back into samples (functional name: ``unbatched``).
 
+    Batches are read as webdataset's ``unbatched`` reads them (see :func:`unbatch`): a dict of
+    columns, a tuple or a list of columns (a loader's collated batch), a tensor or an array;
+    and the :class:`SampleList` of ``batched(n, collation_fn=None)`` gives its samples back.
+
     Args:
-        source_datapipe: yields batches, as ``batched`` makes them.
+        source_datapipe: yields batches, as ``batched`` or a loader makes them.
 
     Yields:
-        Samples.
+        Samples: dicts, tuples, or a tensor's rows.
+
+    Raises:
+        CollationError: a batch's columns have different lengths.
 
     >>> from torch.utils.data.datapipes.iter import IterableWrapper
     >>> list(IterableWrapper([(["a", "b"], [1, 2])]).unbatched())

@@ -36,6 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from wdspipes.core.processes import alive
+
 __all__ = ["MIN_BYTES", "batch_array"]
 
 MIN_BYTES = 1 << 20
@@ -230,17 +232,7 @@ def _forget_dead_workers() -> None:
     """Unmap (once nothing reads them) the slots of workers that have exited, and the oldest
     beyond :data:`_MAPPED_AT_MOST`; a dropped mapping stays valid for the arrays still over it."""
     for key, mapping in list(_mappings.items()):
-        if not _alive(mapping.owner()):
+        if not alive(mapping.owner()):
             del _mappings[key]
     while len(_mappings) >= _MAPPED_AT_MOST:
         _mappings.popitem(last=False)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

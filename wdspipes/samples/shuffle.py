@@ -3,7 +3,9 @@
 The first item comes out once ``initial`` items are buffered; the buffer then grows to
 ``bufsize``; at the end it drains. Each epoch gives a new order; with ``seed`` the orders are
 reproducible. Before ``sharding_filter`` (shard order) every worker and rank shuffles alike;
-after it (samples) each shuffles differently.
+after it (samples) each shuffles differently. As in webdataset, the loader's ``shuffle`` flag
+(``DataLoader(pipe, shuffle=False)``) leaves it shuffling: torch's own ``.shuffle()`` stages
+are the ones it switches.
 """
 
 from __future__ import annotations
@@ -66,7 +68,6 @@ class BufferShuffler(StageDataPipe[T]):
         self.bufsize = bufsize
         self.initial = min(initial, bufsize)
         self.seeding = Seeding(seed)
-        self.enabled = True
         # Resume bookkeeping (see wdspipes.core.resume): where the buffered samples live, as flat
         # (shard number, offset) pairs in buffer order, the draws made, and what a restored
         # state asks of the next iteration.
@@ -81,13 +82,19 @@ class BufferShuffler(StageDataPipe[T]):
         self._resume = None
 
     def set_shuffle(self, shuffle: bool = True) -> BufferShuffler[T]:
-        self.enabled = shuffle
+        """The loader's ``shuffle`` flag (``DataLoader(shuffle=...)``, DataLoader2's
+        ``Shuffle`` adapter), which this stage takes and leaves aside, as webdataset's shuffles
+        do: it shuffles as the pipeline says. Having the method makes torch count the stage as
+        the pipeline's shuffle, so ``shuffle=True`` adds no torch ``Shuffler`` after it.
+
+        >>> from torch.utils.data.datapipes.iter import IterableWrapper
+        >>> shuffled = IterableWrapper(range(20)).buffer_shuffle(8, seed=1).set_shuffle(False)
+        >>> list(shuffled) == list(range(20))
+        False
+        """
         return self
 
     def __iter__(self) -> Iterator[T]:
-        if not self.enabled:
-            yield from self.source_datapipe
-            return
         resume, self._resume = self._resume, None
         link = sample_places_of(self)  # the reader's, where its samples come one for one
         places = link if isinstance(link, SamplePlaces) else None

@@ -141,6 +141,10 @@ class Decoder:
         seed: fixes the generators of random handlers (an ``ImageDecoder`` with ``crop=``):
             each sample's draws then depend on the seed, the epoch (:meth:`set_epoch`), its
             ``__url__`` and its ``__key__``; without a seed they are fresh each call.
+        pre: the handlers tried before ``handlers`` (None: the gzip handler), as webdataset's
+            ``Decoder(handlers, pre=, post=)``.
+        post: the handlers tried after them (None: the basic decoders, which refuse pickle
+            and a full ``torch.load`` unless ``trusted``).
 
     Raises:
         ValueError: an unknown image spec.
@@ -158,6 +162,8 @@ class Decoder:
         partial: bool = False,
         trusted: bool = False,
         seed: int | None = None,
+        pre: Sequence[FieldHandler] | None = None,
+        post: Sequence[FieldHandler] | None = None,
     ) -> None:
         if len(handlers) == 1 and isinstance(handlers[0], list | tuple):
             handlers = tuple(handlers[0])
@@ -171,7 +177,11 @@ class Decoder:
         self.trusted = trusted
         self.seed = seed
         self.epoch = 0
-        self.chain: tuple[FieldHandler, ...] = (gunzip, *self.handlers, BasicDecoder(trusted))
+        self.chain: tuple[FieldHandler, ...] = (
+            *((gunzip,) if pre is None else pre),
+            *self.handlers,
+            *((BasicDecoder(trusted),) if post is None else post),
+        )
         self.draws = any(map(_takes_rng, self.chain))
 
     def __repr__(self) -> str:

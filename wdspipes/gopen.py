@@ -1,0 +1,95 @@
+"""webdataset's ``webdataset.gopen`` module path: ``gopen(url, mode)`` opens a URL to read
+or write, through :func:`wdspipes.io.open_url`.
+
+``wds.gopen`` is the function, as in webdataset; ``from wdspipes.gopen import gopen`` too.
+This module loads nothing until it is called, so that ``import wdspipes`` stays quick; no
+torch at all.
+
+>>> import os, tempfile
+>>> path = os.path.join(tempfile.mkdtemp(), "a.txt")
+>>> with gopen(path, "wb") as sink:
+...     _ = sink.write(b"hello")
+>>> with gopen(f"pipe:cat {path}") as stream:
+...     stream.read()
+b'hello'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from wdspipes.core.loading import compat_name
+
+if TYPE_CHECKING:
+    from wdspipes.io.sinks import ByteSink
+    from wdspipes.io.urls import SCHEMES as gopen_schemes  # noqa: N811
+    from wdspipes.io.urls import ByteStream
+
+__all__ = ["gopen", "gopen_schemes", "reader"]
+
+
+def gopen(
+    url: str,
+    mode: str = "rb",
+    bufsize: int = 8192,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+) -> ByteStream | ByteSink:
+    """Open ``url`` to read (``"rb"``) or write (``"wb"``), as webdataset's ``gopen``: a local
+    path, ``file:``, ``-``, ``pipe:COMMAND``, ``http(s)://``, ``ais://`` or a store fsspec
+    reads (see :func:`~wdspipes.io.urls.open_url`). The stream is a context manager.
+
+    Args:
+        url: what to open.
+        mode: ``"rb"`` or ``"wb"``.
+        bufsize: taken and left aside, as webdataset's local files do (wdspipes' streams
+            buffer by themselves).
+        storage_options: options of a remote store (credentials, ...).
+
+    Raises:
+        ShardOpenError: the URL cannot be opened (also the ``OSError`` or ``ValueError``
+            webdataset raised).
+        ValueError: another mode.
+    """
+    from wdspipes.io.urls import open_url
+
+    if mode == "wb":
+        return open_url(url, "wb", storage_options=storage_options)
+    if mode != "rb":
+        raise ValueError(f"gopen: mode must be 'rb' or 'wb', got {mode!r}")
+    return open_url(url, storage_options=storage_options)
+
+
+def reader(url: str, **kw: Any) -> ByteStream | ByteSink:
+    """``gopen(url, "rb", ...)``, as webdataset's ``reader``."""
+    return gopen(url, "rb", **kw)
+
+
+_LAZY = {"gopen_schemes": "wdspipes.io.urls:SCHEMES"}
+"""``gopen_schemes`` is wdspipes' table of URL schemes: a function added under a scheme is
+called with the URL alone (webdataset's take ``mode`` and ``bufsize`` too, with defaults) to
+read shards of that scheme, in ``gopen`` and in every stage that opens shards."""
+
+_MISSING = {
+    name: "wdspipes opens every scheme through wdspipes.io.open_url (gopen here); add a "
+    "scheme's opening function to gopen_schemes"
+    for name in (
+        "Pipe",
+        "gopen_file",
+        "gopen_pipe",
+        "gopen_curl",
+        "gopen_htgs",
+        "gopen_hf",
+        "gopen_gsutil",
+        "gopen_ais",
+        "gopen_error",
+        "set_options",
+        "rewrite_url",
+        "info",
+    )
+}
+
+
+def __getattr__(name: str) -> Any:
+    return compat_name(__name__, name, _LAZY, _MISSING)

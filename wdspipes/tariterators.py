@@ -1,0 +1,435 @@
+"""webdataset's ``webdataset.tariterators`` module path: the iterator functions programs build
+their own readers from (a "nothrow" grouper, say), with webdataset's signatures and data,
+reading through wdspipes' own opening (:func:`~wdspipes.io.urls.open_url`) and tar walk
+(:mod:`wdspipes.read.walk`). No torch.
+
+The data are webdataset's dicts: ``url_opener`` yields each shard item as a dict with its
+``"url"`` and opened ``"stream"``; ``tar_file_expander`` yields each regular file as
+``{"fname", "data", "__url__"}`` (``"__local_path__"`` too for a local copy), then, at each
+shard's end, an end marker; ``group_by_keys`` makes samples of them, as webdataset 1.0.2's.
+
+The end marker is an empty dict, as webdataset 1.0.2's ``{}``, so a grouper written for 1.0.2
+(``if filesample == {}``) ends the sample there; asked for ``"fname"``, ``"data"`` or
+``"__url__"`` it answers ``""``, ``b""`` and ``""``, a name no key splits from, so a grouper
+written for webdataset 0.2.x (which had no marker, and fails on 1.0.2's with a ``KeyError``)
+skips it, as long as its ``keys`` function finds no key in ``""`` (``base_plus_ext`` does
+not). ``eof_value=None`` yields no marker, as 0.2.x.
+
+The streams are closed when the next shard is asked for, and a ``pipe:`` command that failed
+is reported then, through ``handler``.
+
+``url_opener``, ``tar_file_expander`` and ``group_by_keys`` are also ``wds.url_opener``, ...:
+given a source (webdataset's call, ``url_opener(src, handler=h)``) they are these iterator
+functions; given none (``url_opener()``, ``url_opener(handler=h)``, or passed uncalled to
+``DataPipeline``) they are wdspipes' curried stages, ``open_shards``, ``load_tar`` and
+``group_samples``, which read faster and resume mid-epoch.
+
+>>> import io, tarfile
+>>> buf = io.BytesIO()
+>>> with tarfile.open(fileobj=buf, mode="w") as tf:
+...     for name in ("a.txt", "a.cls", "b.txt"):
+...         info = tarfile.TarInfo(name); info.size = 1
+...         tf.addfile(info, io.BytesIO(b"1"))
+>>> shards = [{"url": "mem.tar", "stream": io.BytesIO(buf.getvalue())}]
+>>> members = list(tar_file_expander(shards))
+>>> members[0], members[-1]
+({'fname': 'a.txt', 'data': b'1', '__url__': 'mem.tar'}, {})
+>>> [sample["__key__"] for sample in group_by_keys(iter(members))]
+['a', 'b']
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeGuard, cast, overload
+
+from wdspipes.core.loading import compat_name
+from wdspipes.core.names import split_name
+from wdspipes.errors import (
+    DuplicateFieldError,
+    Handler,
+    ShardItemError,
+    handle,
+    reraise_exception,
+)
+from wdspipes.gopen import gopen
+from wdspipes.io.items import shard_url
+from wdspipes.io.urls import ByteStream, close_quietly, shard_failure
+from wdspipes.read.walk import iter_tar_tuples
+
+if TYPE_CHECKING:
+    from wdspipes.api import Stage, tarfile_to_samples
+
+__all__ = [
+    "ShardEnd",
+    "base_plus_ext",
+    "group_by_keys",
+    "meta_prefix",
+    "meta_suffix",
+    "reraise_exception",
+    "tar_file_expander",
+    "tar_file_iterator",
+    "tarfile_samples",
+    "tarfile_to_samples",
+    "url_opener",
+    "valid_sample",
+]
+
+Member = dict[str, Any]
+meta_prefix = "__"
+meta_suffix = "__"
+
+
+class ShardEnd(dict[str, Any]):
+    """The end of a shard in ``tar_file_expander``'s output: empty, as webdataset 1.0.2's
+    ``{}``, yet answering a member's ``"fname"``, ``"data"`` and ``"__url__"`` (see the
+    module).
+
+    >>> end = ShardEnd()
+    >>> end == {}, end["fname"], end["data"], base_plus_ext(end["fname"])
+    (True, '', b'', (None, None))
+    """
+
+    def __missing__(self, key: str) -> Any:
+        if key in _MEMBER_PARTS:
+            return _MEMBER_PARTS[key]
+        raise KeyError(key)
+
+
+_MEMBER_PARTS: Mapping[str, Any] = {"fname": "", "data": b"", "__url__": ""}
+
+
+def base_plus_ext(path: str) -> tuple[str, str] | tuple[None, None]:
+    """A member name's key and extension (not lower-cased), as webdataset's; ``(None, None)``
+    for a name without an extension.
+
+    >>> base_plus_ext("dir/0001.seg.PNG"), base_plus_ext("README")
+    (('dir/0001', 'seg.PNG'), (None, None))
+    """
+    parts = split_name(path)
+    if parts is None:
+        return None, None
+    key = parts[0]
+    return key, path[len(key) + 1 :]
+
+
+def valid_sample(sample: Any) -> TypeGuard[dict[str, Any]]:
+    """Whether ``sample`` is a sample to yield: a non-empty dict not marked ``__bad__``."""
+    return isinstance(sample, dict) and len(sample) > 0 and not sample.get("__bad__", False)
+
+
+def _stage(module: str, name: str, handler: Any, options: dict[str, Any]) -> Stage:
+    """wdspipes' curried stage ``module.name(handler, **options)`` (loaded with torch)."""
+    factory = getattr(importlib.import_module(module), name)
+    return cast("Stage", factory(reraise_exception if handler is None else handler, **options))
+
+
+def _is_source(data: Any) -> bool:
+    """Whether the first argument is what webdataset's function reads, not a handler."""
+    return data is not None and not callable(data)
+
+
+@overload
+def url_opener(
+    data: Iterable[Any], handler: Handler = ..., **kw: Any
+) -> Iterator[dict[str, Any]]: ...
+
+
+@overload
+def url_opener(data: Handler | None = None, handler: Handler | None = None, **kw: Any) -> Stage: ...
+
+
+def url_opener(
+    data: Iterable[Any] | Handler | None = None, handler: Handler | None = None, **kw: Any
+) -> Iterator[dict[str, Any]] | Stage:
+    """Open each shard item of ``data`` (a URL, or a dict with the URL under ``"url"``): a
+    dict of the item with the stream under ``"stream"`` (the item's keys kept). The stream is
+    closed when the next shard is asked for. Without ``data``: wdspipes' opener stage, as
+    :func:`wdspipes.io.opener.url_opener` (see the module).
+
+    Args:
+        data: shard items.
+        handler: what to do when a shard cannot be opened.
+        **kw: passed to :func:`~wdspipes.gopen.gopen` (``bufsize=``, ``storage_options=``).
+    """
+    if not _is_source(data):
+        return _stage("wdspipes.io.opener", "url_opener", handler or data, kw)
+    return _open_each(data, handler or reraise_exception, **kw)  # type: ignore[arg-type]
+
+
+def _open_each(data: Iterable[Any], handler: Handler, **kw: Any) -> Iterator[dict[str, Any]]:
+    for item in data:
+        try:
+            stream = cast(ByteStream, gopen(shard_url(item), "rb", **kw))
+        except Exception as exn:
+            if handle(handler, exn):
+                continue
+            return
+        shard = {"url": item} if isinstance(item, str) else dict(item)
+        shard["stream"] = stream
+        try:
+            yield shard
+        finally:
+            close_quietly(stream)
+
+
+_META = r"__[^/]*__($|/)"
+"""Names under a ``__name__/`` directory, or the file ``__name__``: meta files, skipped."""
+
+
+def tar_file_iterator(
+    fileobj: ByteStream,
+    skip_meta: str | None = _META,
+    handler: Handler = reraise_exception,
+    select_files: Callable[[str], bool] | None = None,
+    rename_files: Callable[[str], str] | None = None,
+) -> Iterator[Member]:
+    """The regular files of the tar archive ``fileobj`` as ``{"fname", "data"}`` dicts, as
+    webdataset's: meta files and names matching ``skip_meta`` skipped, then names renamed and
+    selected. The stream is read to its end and not closed.
+
+    Raises:
+        ShardError: the archive is damaged (see :mod:`wdspipes.read.walk`).
+    """
+    url = str(getattr(fileobj, "name", None) or getattr(fileobj, "url", None) or fileobj)
+    return _members(fileobj, url, skip_meta, handler, select_files, rename_files)
+
+
+def _members(
+    stream: ByteStream,
+    url: str,
+    skip_meta: str | None,
+    handler: Handler,
+    select_files: Callable[[str], bool] | None,
+    rename_files: Callable[[str], str] | None,
+) -> Iterator[Member]:
+    skip = None if skip_meta is None else re.compile(skip_meta)
+    for fname, data, _, _ in iter_tar_tuples(stream, url):
+        try:
+            if "/" not in fname and fname.startswith(meta_prefix) and fname.endswith(meta_suffix):
+                continue
+            if skip is not None and skip.match(fname):
+                continue
+            if rename_files is not None:
+                fname = rename_files(fname)
+            if select_files is not None and not select_files(fname):
+                continue
+        except Exception as exn:
+            if handle(handler, exn):
+                continue
+            return
+        yield {"fname": fname, "data": data}
+
+
+@overload
+def tar_file_expander(
+    data: Iterable[Any],
+    handler: Handler = ...,
+    select_files: Callable[[str], bool] | None = ...,
+    rename_files: Callable[[str], str] | None = ...,
+    eof_value: Any = ...,
+) -> Iterator[Member]: ...
+
+
+@overload
+def tar_file_expander(
+    data: Handler | None = None, handler: Handler | None = None, **kw: Any
+) -> Stage: ...
+
+
+def tar_file_expander(
+    data: Iterable[Any] | Handler | None = None,
+    handler: Handler | None = None,
+    select_files: Callable[[str], bool] | None = None,
+    rename_files: Callable[[str], str] | None = None,
+    eof_value: Any = ShardEnd,
+    **kw: Any,
+) -> Iterator[Member] | Stage:
+    """The files of each opened shard of ``data`` (dicts with ``"url"`` and ``"stream"``, or
+    ``(url, stream)`` pairs as ``open_shards`` yields), each a ``{"fname", "data", "__url__"}``
+    dict (with ``"__local_path__"`` where the shard has a local copy), and ``eof_value`` after
+    each shard: by default a :class:`ShardEnd`, None for none (see the module).
+
+    Each stream is read to its end and closed; a shard that is damaged, or whose ``pipe:``
+    command failed, goes through ``handler`` (continuing goes on with the next shard).
+    Without ``data``: wdspipes' tar loader stage, as :func:`wdspipes.read.tar.tar_file_expander`
+    (``ignore_zeros=``, ``strict_end=``; see the module).
+    """
+    if not _is_source(data):
+        return _stage("wdspipes.read.tar", "tar_file_expander", handler or data, kw)
+    return _expanded(
+        data,  # type: ignore[arg-type]
+        handler or reraise_exception,
+        select_files,
+        rename_files,
+        eof_value,
+    )
+
+
+def _expanded(
+    data: Iterable[Any],
+    handler: Handler,
+    select_files: Callable[[str], bool] | None,
+    rename_files: Callable[[str], str] | None,
+    eof_value: Any,
+) -> Iterator[Member]:
+    for source in data:
+        try:
+            url, stream, local_path = _opened(source)
+        except Exception as exn:
+            if handle(handler, exn):
+                continue
+            return
+        try:
+            members = _members(stream, url, _META, handler, select_files, rename_files)
+            for member in members:
+                member["__url__"] = url
+                if local_path is not None:
+                    member["__local_path__"] = local_path
+                yield member
+            stream.close()  # a pipe: command's failure is raised here
+            if eof_value is not None:
+                yield ShardEnd() if eof_value is ShardEnd else eof_value
+        except Exception as exn:
+            if not handle(handler, shard_failure(exn, url, stream)):
+                return
+        finally:
+            close_quietly(stream)
+
+
+def _opened(source: Any) -> tuple[str, ByteStream, str | None]:
+    """The URL, stream and local file of an opened shard: a dict with ``"url"`` and
+    ``"stream"`` (and maybe ``"local_path"``), or a ``(url, stream)`` pair."""
+    if isinstance(source, tuple) and len(source) == 2:
+        url, stream = source
+    else:
+        if not isinstance(source, Mapping) or source.get("stream") is None:
+            raise ShardItemError(  # an AssertionError, as webdataset asserted
+                'an opened shard must be a dict with "url" and "stream" (as url_opener yields) '
+                f"or a (url, stream) pair, got {type(source).__name__}"
+            )
+        url, stream = shard_url(source), source["stream"]
+        local_path = source.get("local_path")
+        if local_path is not None:
+            return url, stream, local_path
+    return url, stream, getattr(stream, "local_path", None)
+
+
+Keys = Callable[[str], tuple[str, str] | tuple[None, None]]
+
+
+@overload
+def group_by_keys(
+    data: Iterable[Member],
+    keys: Keys = ...,
+    lcase: bool = ...,
+    suffixes: set[str] | None = ...,
+    handler: Handler = ...,
+) -> Iterator[dict[str, Any]]: ...
+
+
+@overload
+def group_by_keys(data: Handler | None = None, *, handler: Handler | None = None) -> Stage: ...
+
+
+def group_by_keys(
+    data: Iterable[Member] | Handler | None = None,
+    keys: Keys = base_plus_ext,
+    lcase: bool = True,
+    suffixes: set[str] | None = None,
+    handler: Handler | None = None,
+) -> Iterator[dict[str, Any]] | Stage:
+    """Samples of consecutive members with one key, as webdataset 1.0.2's: a shard's end
+    marker (an empty dict) ends the sample; a name without a key is skipped; a field seen
+    twice in a sample is a :class:`~wdspipes.errors.DuplicateFieldError` (a ``ValueError``)
+    through ``handler`` (continuing drops the member).
+
+    Args:
+        data: members, as ``tar_file_expander`` yields them.
+        keys: splits a member name into key and field.
+        lcase: lower-case the field.
+        suffixes: keep only these fields (None: all).
+        handler: what to do with a duplicate field.
+
+    Without ``data``: wdspipes' grouper stage, as :func:`wdspipes.read.grouping.group_by_keys`
+    (see the module).
+    """
+    if not _is_source(data):
+        return _stage("wdspipes.read.grouping", "group_by_keys", handler or data, {})
+    return _grouped(data, keys, lcase, suffixes, handler or reraise_exception)  # type: ignore[arg-type]
+
+
+def _grouped(
+    data: Iterable[Member],
+    keys: Keys,
+    lcase: bool,
+    suffixes: set[str] | None,
+    handler: Handler,
+) -> Iterator[dict[str, Any]]:
+    sample: dict[str, Any] | None = None
+    for member in data:
+        try:
+            if member == {}:
+                if valid_sample(sample):
+                    yield sample
+                sample = None
+                continue
+            fname, value = member["fname"], member["data"]
+            key, field = keys(fname)
+            if key is None or field is None:
+                continue
+            if lcase:
+                field = field.lower()
+            if sample is None or key != sample["__key__"]:
+                if valid_sample(sample):
+                    yield sample
+                sample = {"__key__": key, "__url__": member["__url__"]}
+            if field in sample:
+                raise DuplicateFieldError(
+                    f"duplicate field {field!r}", url=member["__url__"], member=fname, key=key
+                )
+            if suffixes is None or field in suffixes:
+                sample[field] = value
+            local_path = member.get("__local_path__")
+            if local_path is not None:
+                sample["__local_path__"] = local_path
+        except Exception as exn:
+            if handle(handler, exn):
+                continue
+            break
+    if valid_sample(sample):
+        yield sample
+
+
+def tarfile_samples(
+    src: Iterable[Any],
+    handler: Handler = reraise_exception,
+    select_files: Callable[[str], bool] | None = None,
+    rename_files: Callable[[str], str] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """The samples of the shards of ``src``: ``group_by_keys(tar_file_expander(url_opener(
+    src)))``, one handler for all. ``tarfile_to_samples()``, the stage, reads the same samples
+    faster, and resumes mid-epoch."""
+    streams = url_opener(src, handler=handler)
+    files = tar_file_expander(
+        streams, handler=handler, select_files=select_files, rename_files=rename_files
+    )
+    return group_by_keys(files, handler=handler)
+
+
+# Passed uncalled to DataPipeline, they are called with no argument: the curried stages.
+url_opener._wds_stage_factory = True  # type: ignore[attr-defined]
+tar_file_expander._wds_stage_factory = True  # type: ignore[attr-defined]
+group_by_keys._wds_stage_factory = True  # type: ignore[attr-defined]
+
+_LAZY = {"tarfile_to_samples": "wdspipes.api"}
+_MISSING = {
+    "shardlist": "SimpleShardList(urls), and shuffle(...) after it",
+    "trace": "nothing",
+}
+
+
+def __getattr__(name: str) -> Any:
+    return compat_name(__name__, name, _LAZY, _MISSING)
