@@ -6,15 +6,16 @@ from __future__ import annotations
 from package_graph import imports_of, package_modules
 
 MAY_IMPORT = {
-    "errors": set(),
-    "core": {"errors"},
-    "io": {"core", "errors"},
-    "read": {"io", "core", "errors"},
-    "samples": {"core", "errors"},
-    "write": {"io", "samples", "core", "errors"},
+    "redaction": set(),
+    "errors": {"redaction"},
+    "core": {"errors", "redaction"},
+    "io": {"core", "errors", "redaction"},
+    "read": {"io", "core", "errors", "redaction"},
+    "samples": {"core", "errors", "redaction"},
+    "write": {"io", "samples", "core", "errors", "redaction"},
     "loaders": {"core"},
-    "pipeline": {"read", "io", "samples", "core", "errors"},
-    "tools": {"pipeline", "write", "read", "io", "samples", "core", "errors"},
+    "pipeline": {"read", "io", "samples", "core", "errors", "redaction"},
+    "tools": {"pipeline", "write", "read", "io", "samples", "core", "errors", "redaction"},
 }
 """What each folder (or module at the top) may import besides itself; ``cli``, ``demo`` and
 the package's ``__init__`` may import anything."""

@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Any, Protocol
 
 from wdspipes.errors import ShardError, ShardOpenError
+from wdspipes.redaction import redact
 
 __all__ = [
     "FIRST_BLOCK_SIZE",
@@ -157,7 +158,7 @@ class FsspecStream:
 
     def _fetch(self, size: int) -> bytes:
         if self.closed:
-            raise ValueError(f"read of a closed shard stream ({self.url})")
+            raise ValueError(f"read of a closed shard stream ({redact(self.url)})")
         try:
             data = self._file.read(size)
         except Exception as exn:
