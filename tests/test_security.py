@@ -13,17 +13,16 @@ import json
 import logging
 import os
 import re
-import struct
 import subprocess
 import sys
 import tarfile
 import threading
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from bombs import gzip_of_zeros, large_member_shard, measure, png_of_zeros
 from shardgen import make_tar
 from torch.utils.data.datapipes.iter import IterableWrapper
 
@@ -196,64 +195,6 @@ def test_show_never_opens_postscript(
 
 # --- bounded memory --------------------------------------------------------------------------
 
-MEASURE = """
-import json, resource, sys, warnings
-import wdspipes as wds
-
-def rss_kib():
-    with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
-
-warm, bomb, spec = sys.argv[1:]
-list(wds.WebDataset(warm).decode(spec))  # imports and first allocations done
-before = rss_kib()
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    try:
-        outcome = f"{len(list(wds.WebDataset(bomb).decode(spec)))} samples, no error"
-    except wds.WdsError as error:
-        outcome = f"{type(error).__name__} <- {type(error.__cause__).__name__}: {error}"
-growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-print(json.dumps({"growth_mib": growth / 1024, "outcome": outcome,
-                  "warnings": [str(w.message) for w in caught]}))
-"""
-
-
-def measure(warm: str, bomb: str, spec: str) -> dict[str, Any]:
-    """Read ``bomb`` in a new process, after ``warm``: the outcome, and how far its peak
-    memory rose over what it held before."""
-    result = subprocess.run(
-        [sys.executable, "-c", MEASURE, warm, bomb, spec],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    measured: dict[str, Any] = json.loads(result.stdout.splitlines()[-1])
-    return measured
-
-
-def gzip_of_zeros(size: int) -> bytes:
-    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
-    chunk = bytes(1 << 24)
-    parts = [compressor.compress(chunk) for _ in range(size // len(chunk))]
-    return b"".join([*parts, compressor.flush()])
-
-
-def png_of_zeros(width: int, height: int) -> bytes:
-    """A grey PNG of ``width`` x ``height`` black pixels, made without holding them."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        body = kind + data
-        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
-
-    compressor = zlib.compressobj(9)
-    row = bytes(width + 1)  # filter type 0, then the pixels
-    idat = b"".join(compressor.compress(row) for _ in range(height)) + compressor.flush()
-    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
-    )
-
 
 @pytest.mark.slow
 def test_a_gzip_bomb_is_a_decode_error_within_bounded_memory(tmp_path: Path) -> None:
@@ -285,17 +226,9 @@ def test_a_144_megapixel_png_is_a_decode_error_within_bounded_memory(tmp_path: P
 @pytest.mark.slow
 def test_a_large_member_is_read_into_one_buffer(tmp_path: Path) -> None:
     """A 256 MiB member takes about its size to read, not twice (parts joined)."""
-    size = 256 << 20
-    path = tmp_path / "large.tar"
-    with open(path, "wb") as out:
-        info = tarfile.TarInfo("0.bin")
-        info.size = size
-        out.write(info.tobuf(tarfile.USTAR_FORMAT))
-        for _ in range(size >> 24):
-            out.write(bytes(1 << 24))
-        out.write(bytes(1024))
+    path = large_member_shard(tmp_path / "large.tar", 256 << 20)
     warm = shard(tmp_path / "warm.tar", [("0.bin", bytes(1 << 20))])
-    measured = measure(warm, str(path), "rgb8")
+    measured = measure(warm, path, "rgb8")
     assert measured["outcome"] == "1 samples, no error", measured
     assert measured["growth_mib"] < 1.5 * 256, measured
 
