@@ -214,7 +214,9 @@ def _image_formats(
     from PIL import Image
 
     table = {
-        extension.lower(): (names,) if isinstance(names, str) else tuple(names)
+        extension.lower(): tuple(
+            name.upper() for name in ([names] if isinstance(names, str) else names)
+        )
         for extension, names in (IMAGE_FORMATS if formats is None else formats).items()
     }
     if extensions is not None:
@@ -228,7 +230,7 @@ def _image_formats(
     Image.init()
     for extension, names in table.items():
         for name in names:
-            if name.upper() in REFUSED_FORMATS:
+            if name in REFUSED_FORMATS:
                 raise ValueError(
                     f"the {name} format (for .{extension}) is never opened: Pillow's plugin "
                     "runs an external program (Ghostscript)"
