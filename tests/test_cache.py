@@ -18,11 +18,14 @@ What this file proves, with ``pipe:`` URLs (always) and ``http://`` URLs from a 
 
 from __future__ import annotations
 
+import errno
 import gc
+import hashlib
 import http.server
 import json
 import os
 import pickle
+import re
 import shlex
 import threading
 from collections import Counter
@@ -35,6 +38,7 @@ from shardgen import make_tar, sample_members, write_shards
 from torch.utils.data import DataLoader
 
 import wdspipes as wds
+import wdspipes.io.cache
 from wdspipes.io import opener
 from wdspipes.io.cache import ShardCache, _aux, _try_lock, _unlock, entry_name
 from wdspipes.io.urls import SCHEMES
@@ -144,7 +148,7 @@ def entries(cache: Path) -> list[str]:
 def leftovers(cache: Path) -> list[str]:
     """Temporary and lock files: none may remain once readers are done."""
     names = [p.name for p in cache.iterdir()] if cache.exists() else []
-    return sorted(n for n in names if n.endswith((".tmp", "-tmp", ".lock")))
+    return sorted(n for n in names if re.search(r"\.(tmp|meta)-|\.tmp$|\.lock$", n))
 
 
 def read(urls: list[str], cache: Path | None, **options: Any) -> list[Sample]:
@@ -304,7 +308,8 @@ def test_damaged_entry_is_removed_and_fetched_again(
     assert source.requests(paths[0]) == 2
     assert entry.read_bytes() == Path(paths[0]).read_bytes()
     meta = json.loads(Path(_aux(str(entry), "meta")).read_text())
-    assert meta == {"url": url, "size": entry.stat().st_size}
+    digest = hashlib.sha256(url.encode()).hexdigest()
+    assert meta == {"url": url, "sha256": digest, "size": entry.stat().st_size}
     read([url], cache)
     assert source.requests(paths[0]) == 2
     assert leftovers(cache) == []
@@ -349,10 +354,13 @@ def test_an_entry_being_read_is_not_evicted(paths: list[str], cache: Path) -> No
     assert entries(cache) == [entry_name(urls[2])]
 
 
-def test_temporary_file_left_by_a_killed_reader_is_removed(paths: list[str], cache: Path) -> None:
+@pytest.mark.parametrize("suffix", [".tmp", ".tmp-k3j9x0ab"])  # as older versions named it
+def test_temporary_file_left_by_a_killed_reader_is_removed(
+    paths: list[str], cache: Path, suffix: str
+) -> None:
     urls = [PipeSource().url(p) for p in paths[:2]]
     cache.mkdir()
-    stale = cache / f".{entry_name(urls[0])}.tmp"
+    stale = cache / f".{entry_name(urls[0])}{suffix}"
     stale.write_bytes(b"half a shard")
     read(urls[1:], cache)  # an eviction pass
     assert not stale.exists()
@@ -360,11 +368,15 @@ def test_temporary_file_left_by_a_killed_reader_is_removed(paths: list[str], cac
 
 
 def test_shard_read_on_when_the_cache_cannot_be_written(
-    paths: list[str], cache: Path, caplog: pytest.LogCaptureFixture
+    paths: list[str], cache: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = PipeSource().url(paths[0])
     cache.mkdir()
-    (cache / f".{entry_name(url)}.tmp").mkdir()  # so the temporary file cannot be made
+
+    def full(directory: str, prefix: str, mode: int = 0o666) -> tuple[int, str]:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(wdspipes.io.cache, "create_new", full)
     samples = read([url], cache)
     assert content(samples) == content(read(paths[:1], None))
     assert entries(cache) == []

@@ -497,23 +497,31 @@ def test_corrupt_bzip2_data_is_a_format_error() -> None:
 
 
 @pytest.mark.parametrize("size", [0o77777777777, 2**40, 2**87])
-def test_a_forged_huge_size_is_a_located_cut_and_allocates_nothing_big(
-    tmp_path: Path, size: int
+@pytest.mark.parametrize("limit", [None, 2**90])
+def test_a_forged_huge_size_is_a_located_error_and_allocates_nothing_big(
+    tmp_path: Path, size: int, limit: int | None
 ) -> None:
+    """Over the member limit (the default), refused before reading; under a limit raised
+    beyond it, a cut found after the bytes there are, read without allocating the size."""
     from shardgen import raw_header, raw_member
 
     field = b"%011o\0" % size if size < 8**11 else bytes([0x80]) + size.to_bytes(11, "big")
     data = raw_member("a.txt", b"a") + raw_header("b.txt", size_field=field) + b"abc"
     names: list[str] = []
+    options = {} if limit is None else {"max_member_size": limit}
+    expected = wds.MemberTooLargeError if limit is None else wds.TruncatedShardError
     with (
         open(write(tmp_path, "huge.tar", data), "rb") as stream,  # reads allocate what they ask
-        pytest.raises(wds.TruncatedShardError) as caught,
+        pytest.raises(expected) as caught,
     ):
-        names.extend(member.name for member in iter_tar(stream, "huge.tar"))
+        names.extend(member.name for member in iter_tar(stream, "huge.tar", **options))
     error = caught.value
     assert names == ["a.txt"]
     assert (error.member, error.offset) == ("b.txt", 1024)
-    assert f"after 3 of {size} bytes" in str(error)
+    if limit is None:
+        assert f"declares {size:,} bytes, over the limit of {4 << 30:,}" in str(error)
+    else:
+        assert f"after 3 of {size} bytes" in str(error)
 
 
 def test_a_stream_item_keyed_by_a_number_is_an_error(tmp_path: Path) -> None:

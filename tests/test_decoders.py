@@ -25,6 +25,7 @@ import io
 import json
 import pickle
 import warnings
+import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -737,7 +738,7 @@ BAD_FIELDS = {
     "txt.gz": (b"not gzip", gzip.BadGzipFile),
     "npy": (b"\x93NUMPY broken", ValueError),
     "ten": (b"~TenBin~\x10", ValueError),
-    "png": (b"not a png", Image.UnidentifiedImageError),
+    "png": (b"not a png", wds.ImageFormatError),
 }
 
 
@@ -771,10 +772,14 @@ def test_cbor_decodes_with_cbor2_where_webdataset_cannot() -> None:
     assert isinstance(caught.value.__cause__, ImportError), "webdataset needs the cbor package"
 
 
-def test_image_extensions_are_a_superset_of_webdataset_s() -> None:
+def test_image_extensions_are_an_allow_list_within_webdataset_s() -> None:
+    """webdataset hands every extension Pillow registers to Pillow, EPS (Ghostscript) too;
+    the image specs here decode the formats the writers write, and GIF."""
     ours, theirs = image_extensions(), set(refautodecode.IMAGE_EXTENSIONS)
-    assert theirs <= ours
-    assert ours - theirs == {"avif", "avifs", "pfm", "qoi"}
+    assert ours < theirs
+    jpeg, netpbm = {"jpg", "jpeg", "jpe", "jfif"}, {"ppm", "pgm", "pbm", "pnm"}
+    assert ours == jpeg | netpbm | {"png", "webp", "gif", "tif", "tiff", "bmp"}
+    assert {"eps", "ps"} <= theirs - ours
 
 
 def pfm_bytes(values: np.ndarray) -> bytes:
@@ -784,7 +789,8 @@ def pfm_bytes(values: np.ndarray) -> bytes:
     return header + np.ascontiguousarray(values[::-1], dtype="<f4").tobytes()
 
 
-def test_extra_image_formats_decode_where_webdataset_leaves_bytes() -> None:
+def test_other_image_formats_decode_when_given_formats() -> None:
+    """By default they stay bytes, as in webdataset; a table of formats decodes them."""
     levels = np.arange(WIDTH * HEIGHT, dtype=np.float32).reshape(HEIGHT, WIDTH)
     sample = {
         "__key__": "k",
@@ -792,12 +798,14 @@ def test_extra_image_formats_decode_where_webdataset_leaves_bytes() -> None:
         "avif": encode_image("rgb", "AVIF", quality=90),
         "pfm": pfm_bytes(levels),
     }
-    decoded = decode_samples([sample], "rgba8")[0]
+    assert decode_samples([sample], "rgba8")[0] == sample
+    assert reference_decode(sample, "rgba8") == sample, "webdataset leaves them as bytes"
+    formats = {"qoi": "QOI", "avif": "AVIF", "pfm": "PPM"}
+    decoded = decode_samples([sample], wds.ImageDecoder("rgba8", formats=formats))[0]
     for field in ("qoi", "avif", "pfm"):
         assert_image_kind(decoded[field], "rgba8", field)
     assert_same(decoded["qoi"], np.array(SOURCES["rgba"]), "qoi")  # QOI is lossless
     assert_same(decoded["pfm"][..., 0], levels.astype(np.uint8), "pfm")
-    assert reference_decode(sample, "rgba8") == sample, "webdataset leaves them as bytes"
 
 
 @pytest.mark.parametrize("spec", [s for s, (lib, _, _) in SPECS.items() if lib == "numpy"])
@@ -901,3 +909,30 @@ def test_tenbin_round_trip_keeps_values_of_non_native_byte_order(dtype: str) -> 
 def test_tenbin_rejects_broken_buffers(buffer: bytes) -> None:
     with pytest.raises(ValueError, match="tenbin"):
         tenbin.decode_buffer(buffer)
+
+
+# --- Limits -----------------------------------------------------------------------------------
+
+
+def test_a_gz_field_over_max_size_is_a_decode_error() -> None:
+    sample = {"__key__": "k", "__url__": "s.tar", "txt.gz": gzip.compress(b"x" * 1000)}
+    assert decode_samples([sample], max_size=1000)[0]["txt.gz"] == "x" * 1000
+    with pytest.raises(wds.DecodeError, match="decompresses to more than 999 bytes") as caught:
+        decode_samples([sample], max_size=999)
+    assert isinstance(caught.value.__cause__, wds.DataLimitError)
+    two = gzip.compress(b"ab") + bytes(3) + gzip.compress(b"cd")  # members, zeros between
+    assert decode_samples([{"__key__": "k", "txt.gz": two}])[0]["txt.gz"] == "abcd"
+    with pytest.raises(wds.DecodeError, match="EOFError"):
+        decode_samples([{"__key__": "k", "txt.gz": gzip.compress(b"abc")[:-4]}])
+    with pytest.raises(ValueError, match="max_size must be an int >= 1"):
+        wds.SampleDecoder(IterableWrapper([]), max_size=0)
+
+
+def test_npz_members_over_max_size_are_a_decode_error() -> None:
+    data = wds.encode_value("npz", {"a": np.zeros(100, np.uint8), "b": np.zeros(100, np.uint8)})
+    sample = {"__key__": "k", "npz": data}
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        held = sum(member.file_size for member in archive.infolist())  # as its index declares
+    assert set(decode_samples([sample], max_size=held)[0]["npz"]) == {"a", "b"}
+    with pytest.raises(wds.DecodeError, match=f"members hold {held} bytes, over the limit"):
+        decode_samples([sample], max_size=held - 1)

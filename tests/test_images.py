@@ -210,16 +210,22 @@ def test_uint8_results_are_the_decoded_buffer_itself(
     assert torch.equal(chw, torch.from_numpy(decoded_by_simplejpeg[-1]).permute(2, 0, 1))
 
 
-def test_jpeg_is_told_by_its_bytes_not_its_extension(
+def test_a_field_opens_only_in_the_formats_its_extension_names(
     decoded_by_simplejpeg: list[np.ndarray],
 ) -> None:
     pixels = photo(33, 21)
     as_png, as_jpeg = png(pixels), pillow_jpeg(pixels, quality=90)
     decoder = wds.ImageDecoder("rgb8")
-    assert np.array_equal(decoder(".jpg", as_png), pixels) and not decoded_by_simplejpeg
-    assert levels_apart(decoder(".png", as_jpeg), pillow_decode("rgb8", as_jpeg)) == 0.0
-    assert len(decoded_by_simplejpeg) == 1
+    with pytest.raises(wds.ImageFormatError, match=r"a \.jpg field holds PNG data, not JPEG"):
+        decoder(".jpg", as_png)
+    with pytest.raises(wds.ImageFormatError, match=r"a \.png field holds JPEG data, not PNG"):
+        decoder(".png", as_jpeg)
+    assert not decoded_by_simplejpeg
     assert decoder(".bin", as_jpeg) is None, "not an image extension: left to other handlers"
+    either = wds.ImageDecoder("rgb8", formats={"jpg": ("JPEG", "PNG"), "png": ("PNG", "JPEG")})
+    assert np.array_equal(either(".jpg", as_png), pixels) and not decoded_by_simplejpeg
+    assert levels_apart(either(".png", as_jpeg), pillow_decode("rgb8", as_jpeg)) == 0.0
+    assert len(decoded_by_simplejpeg) == 1, "a JPEG where JPEG is allowed: libjpeg-turbo"
 
 
 @pytest.mark.parametrize("spec", list(SPECS))
@@ -417,6 +423,11 @@ IMAGES: dict[str, Callable[[], bytes]] = {
 RESIZES = [224, 100, 31, 1, 1000, (60, 80), (300, 20), (131, 257)]
 
 
+def field_of(image: str) -> str:
+    """The field an image of ``IMAGES`` is decoded as: one of its format."""
+    return ".png" if image.startswith("png") else ".jpg"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("image", list(IMAGES))
 def test_resize_gives_the_size_and_close_pixels_of_resizing_in_full(image: str) -> None:
@@ -425,7 +436,7 @@ def test_resize_gives_the_size_and_close_pixels_of_resizing_in_full(image: str) 
     for size in RESIZES:
         target = resized_size(width, height, size)
         for spec in SPECS:
-            ours = wds.ImageDecoder(spec, resize=size)(".jpg", data)
+            ours = wds.ImageDecoder(spec, resize=size)(field_of(image), data)
             if image == "jpeg-640x480" and size == (60, 80):
                 # Decoded at 1/8, the size asked for: the decoder's own 8 x 8 averages, with no
                 # filter after them (Pillow's bilinear filter reaches 16 pixels: 6 levels off).
@@ -483,7 +494,9 @@ def test_crop_matches_cropping_the_image_decoded_in_full(image: str, crop: str) 
     data, transform = IMAGES[image](), CROPS[crop]
     for seed in range(12):
         for spec in ("rgb8", "torchl", "torchrgba8", "pil"):
-            ours = wds.ImageDecoder(spec, crop=transform)(".jpg", data, random.Random(seed))
+            ours = wds.ImageDecoder(spec, crop=transform)(
+                field_of(image), data, random.Random(seed)
+            )
             full = Image.open(io.BytesIO(data)).convert(SPECS[spec][2])
             reference = as_spec(spec, transform.apply(full, random.Random(seed)))
             apart = levels_apart(ours, reference)
@@ -755,3 +768,45 @@ def test_a_for_loop_resumes_to_the_same_crops(image_urls: str) -> None:
         again = decode_then_shuffle(image_urls)
         again.load_state_dict(pipe.state_dict())
         assert first + list(again) == expected
+
+
+@pytest.mark.parametrize("spec", ["rgb8", "pil", "torchrgb"])
+@pytest.mark.parametrize(
+    ("field", "encode"), [("jpg", lambda p: pillow_jpeg(p)), ("png", png)], ids=["jpeg", "png"]
+)
+@pytest.mark.parametrize("resize", [None, 10])
+def test_an_image_over_max_pixels_is_refused_from_its_header(
+    decoded_by_simplejpeg: list[np.ndarray],
+    spec: str,
+    field: str,
+    encode: Callable[[np.ndarray], bytes],
+    resize: int | None,
+) -> None:
+    data = encode(photo(40, 30))
+    decoder = wds.ImageDecoder(spec, max_pixels=1199, resize=resize)
+    with pytest.raises(wds.ImageTooLargeError, match=r"40 x 30 = 1,200 pixels, over the limit"):
+        decoder(f".{field}", data)
+    assert not decoded_by_simplejpeg
+    assert wds.ImageDecoder(spec, max_pixels=1200, resize=resize)(f".{field}", data) is not None
+    sample = {"__key__": "k", "__url__": "s.tar", field: data}
+    with pytest.raises(wds.DecodeError, match="over the limit of 1,199"):
+        list(IterableWrapper([sample]).decode(spec, max_pixels=1199))
+    assert len(list(IterableWrapper([sample]).decode(spec, max_pixels=None))) == 1
+
+
+def test_image_formats_are_checked_when_the_decoder_is_made() -> None:
+    with pytest.raises(ValueError, match=r"EPS format .* is never opened: .*\(Ghostscript\)"):
+        wds.ImageDecoder("rgb8", formats={"eps": "EPS"})
+    with pytest.raises(ValueError, match="EPS format"):
+        wds.ImageDecoder("rgb8", formats={"jpg": ("JPEG", "EPS")})
+    with pytest.raises(ValueError, match="no image format for the extensions eps, ps"):
+        wds.ImageDecoder("rgb8", extensions=frozenset({"jpg", "eps", "ps"}))
+    with pytest.raises(ValueError, match="Pillow opens no format 'NOPE'"):
+        wds.ImageDecoder("rgb8", formats={"x": "NOPE"})
+    with pytest.raises(ValueError, match="max_pixels must be an int >= 1 or None"):
+        wds.ImageDecoder("rgb8", max_pixels=0)
+    only = wds.ImageDecoder("rgb8", extensions=frozenset({"png"}))
+    assert only.extensions == {"png"} and only(".jpg", b"anything") is None
+    assert repr(wds.ImageDecoder("pil", formats={"ico": "ICO"}, max_pixels=10)) == (
+        "ImageDecoder('pil', formats={'ico': ('ICO',)}, max_pixels=10)"
+    )

@@ -186,7 +186,8 @@ def test_stream_shards_carry_the_fields_too(tmp_path: Path) -> None:
     with wds.MsgpackWriter(tmp_path / "a.msgpack") as sink:
         sink.write({"__key__": "a", "cls": 1})
     url = f"pipe:cat {tmp_path / 'a.msgpack'}"
-    (sample,) = wrapped([{"url": url, "lang": "fr"}]).open_shards().load_msgpack()
+    opened = wrapped([{"url": url, "lang": "fr"}]).open_shards(commands="any")
+    (sample,) = opened.load_msgpack()
     assert sample == {"__key__": "a", "cls": 1, "__url__": url, "__lang__": "fr"}
 
 
@@ -196,6 +197,6 @@ def test_cached_dict_items_carry_fields_and_the_cache_file(
     cache = tmp_path / "cache"
     items = [{"url": f"pipe:cat {path}", "lang": "de"} for path in small_shards.paths[:2]]
     for _ in range(2):  # fetched, then read from the cache
-        samples = list(wds.WebDataset(items, cache_dir=cache))
+        samples = list(wds.WebDataset(items, cache_dir=cache, commands="any"))
         assert {s["__lang__"] for s in samples} == {"de"} and len(samples) == 10
         assert {Path(s["__local_path__"]).parent for s in samples} == {cache}

@@ -266,7 +266,10 @@ def test_an_index_file_resolves_against_its_directory_and_base(tmp_path: Path) -
             '{"wids_version": 1, "shardlist": [{"url": "a", "nsamples": 1, "filesize": "9"}]}',
             "'filesize'",
         ),
-        ('{"wids_version": 1, "shardlist": [{"url": "pipe:touch x", "nsamples": 1}]}', "does not"),
+        (
+            '{"wids_version": 1, "shardlist": [{"url": "pipe:touch x", "nsamples": 1}]}',
+            "do not run",
+        ),
     ],
 )
 def test_bad_indexes_are_refused_naming_them(tmp_path: Path, content: str, message: str) -> None:
@@ -284,7 +287,7 @@ def test_commands_in_an_index_run_only_when_allowed(tmp_path: Path) -> None:
     index.write_text(
         json.dumps({"wids_version": 1, "shardlist": [{"url": f"pipe:cat {shard}", "nsamples": 3}]})
     )
-    ds = wds.ShardListDataset(str(index), allow_commands=True, cache_dir=str(tmp_path / "c"))
+    ds = wds.ShardListDataset(str(index), commands="any", cache_dir=str(tmp_path / "c"))
     assert [plain(ds[i]) for i in range(3)] == [
         {**s, "__url__": f"pipe:cat {shard}"} for s in streamed([shard])
     ]

@@ -419,3 +419,51 @@ def test_gnu_incremental_archive_names_ignore_the_time_fields(tmp_path: Path) ->
 def test_impossible_sizes_are_errors(member: bytes) -> None:
     with pytest.raises(wds.TarFormatError, match="size"):
         read_all(member + end_marker())
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        raw_member("././@LongLink", bytes(40), kind=b"L") + raw_member("", b"data"),
+        raw_member("././@LongLink", bytes(40), kind=b"L") + raw_member("0002.txt", b"data"),
+        raw_member("", b"data"),
+    ],
+    ids=["zeroed-long-name", "zeroed-long-name-beside-a-name", "zeroed-name"],
+)
+def test_a_member_whose_name_comes_out_empty_is_an_error(entry: bytes) -> None:
+    """A long-name record zeroed by damage is no name: refused (as bsdtar does), never a
+    member skipped in silence or read under the name truncated in its header."""
+    good = raw_member("0001.txt", b"ok")
+    with pytest.raises(wds.TarFormatError, match="empty name") as caught:
+        read_all(good + entry + end_marker(), "damaged.tar")
+    error = caught.value
+    assert (error.url, error.offset) == ("damaged.tar", 2 * BLOCK)
+    assert "after member '0001.txt'" in str(error)
+
+
+@pytest.mark.parametrize("size", [100, 1000, 70_000])
+def test_a_member_over_the_size_limit_is_refused_before_it_is_read(
+    size: int, tmp_path: Path
+) -> None:
+    data = make_tar([("0001.txt", b"ok"), ("0002.bin", bytes(size)), ("0003.txt", b"x")])
+    limit = size - 1
+    members = iter_tar(io.BytesIO(data), "big.tar", max_member_size=limit)
+    assert next(members).name == "0001.txt"
+    with pytest.raises(wds.MemberTooLargeError) as caught:
+        next(members)
+    error = caught.value
+    assert (error.url, error.member, error.offset) == ("big.tar", "0002.bin", 2 * BLOCK)
+    assert f"declares {size:,} bytes, over the limit of {limit:,} (max_member_size)" in str(error)
+    assert len(list(iter_tar(io.BytesIO(data), "big.tar", max_member_size=size))) == 3
+    path = tmp_path / "big.tar"
+    path.write_bytes(data)
+    loaded = wds.WebDataset(str(path), max_member_size=limit, handler=wds.ignore_and_continue)
+    assert [sample["__key__"] for sample in loaded] == ["0001"], "the rest skipped"
+    with pytest.raises(ValueError, match="max_member_size must be an int >= 1, got 0"):
+        wds.WebDataset("a.tar", max_member_size=0)
+
+
+def test_an_extension_header_over_its_limit_is_refused() -> None:
+    huge = raw_header("././@LongLink", size=(1 << 20) + 1, kind=b"L")
+    with pytest.raises(wds.MemberTooLargeError, match=r"extension header .* declares 1,048,577"):
+        read_all(raw_member("0001.txt", b"ok") + huge + bytes(BLOCK), "ext.tar")

@@ -33,6 +33,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from wdspipes.redaction import redact
+
 __all__ = [
     "CollationError",
     "CommandError",
@@ -43,6 +45,7 @@ __all__ = [
     "EncodeError",
     "Handler",
     "IndexMismatchError",
+    "MemberTooLargeError",
     "MissingFieldError",
     "NoEndMarkerWarning",
     "ResumeError",
@@ -76,7 +79,9 @@ class WdsError(Exception):
     """A problem with the data, located by URL, member, key, field and byte offset where known.
 
     The message passed in describes the problem; the location is prefixed to it. An instance
-    can be rebuilt from its message alone, as pickling and worker processes require.
+    can be rebuilt from its message alone, as pickling and worker processes require. Secrets
+    of URLs (passwords, query values) are left out of the message and of ``url``, wherever
+    they occur (see :func:`~wdspipes.redaction.redact`).
     """
 
     def __init__(
@@ -89,7 +94,7 @@ class WdsError(Exception):
         field: str | None = None,
         offset: int | None = None,
     ) -> None:
-        self.url = url
+        self.url = url = None if url is None else redact(url)
         self.member = member
         self.key = key
         self.field = field
@@ -105,7 +110,8 @@ class WdsError(Exception):
             where.append(f"at byte {offset}")
         # Exception's own __init__: a built-in class the error is also (see like()) may want
         # other arguments (UnicodeDecodeError takes five).
-        Exception.__init__(self, f"{', '.join(where)}: {problem}" if where else problem)
+        message = f"{', '.join(where)}: {problem}" if where else problem
+        Exception.__init__(self, redact(message))
 
     def __str__(self) -> str:
         # The message as given, whatever built-in exception the error is also (a KeyError
@@ -173,7 +179,7 @@ class CommandError(ShardError, OSError):
         url: str | None = None,
     ) -> None:
         super().__init__(problem, url=url)
-        self.command = command
+        self.command = None if command is None else redact(command)
         self.status = status
 
 
@@ -189,6 +195,12 @@ class TarFormatError(ShardError):
 class TruncatedShardError(TarFormatError):
     """A shard ends early: in a header or in a member (or, with ``strict_end=True``, with no
     end-of-archive marker after its last member)."""
+
+
+class MemberTooLargeError(TarFormatError):
+    """A tar member (or an extension header) declares more bytes than the reader allows
+    (``max_member_size``): refused before any of it is read, so that a forged header cannot
+    make a reader allocate without bound. A damaged header, or a limit to raise."""
 
 
 class DataAfterEndError(TarFormatError):
@@ -366,4 +378,4 @@ def handle(handler: Handler, exn: Exception) -> bool:
 
 
 def _describe(exn: Exception) -> str:
-    return f"{type(exn).__name__}: {exn}"
+    return redact(f"{type(exn).__name__}: {exn}")

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from wdspipes.core.loading import compat_name
 
 if TYPE_CHECKING:
+    from wdspipes.io.pipe import Commands
     from wdspipes.io.sinks import ByteSink
     from wdspipes.io.urls import SCHEMES as gopen_schemes  # noqa: N811
     from wdspipes.io.urls import ByteStream
@@ -35,6 +36,8 @@ def gopen(
     bufsize: int = 8192,
     *,
     storage_options: Mapping[str, Any] | None = None,
+    commands: Commands | None = None,
+    from_data: bool = False,
 ) -> ByteStream | ByteSink:
     """Open ``url`` to read (``"rb"``) or write (``"wb"``), as webdataset's ``gopen``: a local
     path, ``file:``, ``-``, ``pipe:COMMAND``, ``http(s)://``, ``ais://`` or a store fsspec
@@ -46,6 +49,9 @@ def gopen(
         bufsize: taken and left aside, as webdataset's local files do (wdspipes' streams
             buffer by themselves).
         storage_options: options of a remote store (credentials, ...).
+        commands: which ``pipe:`` URLs run (see :mod:`wdspipes.io.pipe`).
+        from_data: the URL came from the data (a shard item's ``"url"``): a ``pipe:`` URL
+            then runs only where ``commands`` runs commands from the data.
 
     Raises:
         ShardOpenError: the URL cannot be opened (also the ``OSError`` or ``ValueError``
@@ -55,10 +61,10 @@ def gopen(
     from wdspipes.io.urls import open_url
 
     if mode == "wb":
-        return open_url(url, "wb", storage_options=storage_options)
+        return open_url(url, "wb", storage_options=storage_options, commands=commands)
     if mode != "rb":
         raise ValueError(f"gopen: mode must be 'rb' or 'wb', got {mode!r}")
-    return open_url(url, storage_options=storage_options)
+    return open_url(url, storage_options=storage_options, commands=commands, from_data=from_data)
 
 
 def reader(url: str, **kw: Any) -> ByteStream | ByteSink:

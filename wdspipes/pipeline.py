@@ -20,10 +20,12 @@ from wdspipes.core.distributed import declares_per_worker
 from wdspipes.errors import Handler, ResumeError, reraise_exception
 from wdspipes.io import ShardItem, ShardOpener
 from wdspipes.io.cache import DEFAULT_CACHE_SIZE, CacheDir, StorageOptions, opener_options
+from wdspipes.io.pipe import Commands
 from wdspipes.read.grouping import SampleGrouper
 from wdspipes.read.shards import ShardList, ShardResampler, ShardSplit
 from wdspipes.read.specs import ShardSpec
 from wdspipes.read.tar import TarLoader
+from wdspipes.read.walk import MAX_MEMBER_SIZE
 from wdspipes.samples.shuffle import BufferShuffler
 
 __all__ = [
@@ -343,10 +345,12 @@ def _tarfile_to_samples(
     handler: Handler,
     ignore_zeros: bool = False,
     strict_end: bool = False,
+    max_member_size: int = MAX_MEMBER_SIZE,
     **options: Any,
 ) -> SampleGrouper:
     opener = ShardOpener(source, handler=handler, **options)
-    loader = TarLoader(opener, handler=handler, ignore_zeros=ignore_zeros, strict_end=strict_end)
+    walk = {"ignore_zeros": ignore_zeros, "strict_end": strict_end}
+    loader = TarLoader(opener, handler=handler, max_member_size=max_member_size, **walk)
     return SampleGrouper(loader, handler=handler)
 
 
@@ -359,23 +363,28 @@ def tarfile_to_samples(
     storage_options: StorageOptions | None = None,
     ignore_zeros: bool = False,
     strict_end: bool = False,
+    commands: Commands | None = None,
+    max_member_size: int = MAX_MEMBER_SIZE,
 ) -> Stage:
     """Shard URLs to samples: ``open_shards().load_tar().group_samples()``, one handler for all.
 
-    ``cache_dir``, ``cache_size`` and ``storage_options`` go to the opener (see
+    ``cache_dir``, ``cache_size``, ``storage_options`` and ``commands`` go to the opener (see
     :class:`~wdspipes.io.ShardOpener`): with a ``cache_dir``, remote shards are cached there
-    and samples carry ``__local_path__``. ``ignore_zeros`` and ``strict_end`` go to the tar
-    loader (see :class:`~wdspipes.read.tar.TarLoader`): read on past zero blocks, as in archives
-    joined with ``cat``; refuse a shard without its end-of-archive marker.
+    and samples carry ``__local_path__``. ``ignore_zeros``, ``strict_end`` and
+    ``max_member_size`` go to the tar loader (see :class:`~wdspipes.read.tar.TarLoader`): read
+    on past zero blocks, as in archives joined with ``cat``; refuse a shard without its
+    end-of-archive marker; the most bytes a member may declare.
 
     >>> tarfile_to_samples()
     _tarfile_to_samples(handler=<function reraise_exception at ...>)
     """
-    options = opener_options(cache_dir, cache_size, storage_options)
+    options = opener_options(cache_dir, cache_size, storage_options, commands)
     if ignore_zeros:
         options["ignore_zeros"] = True
     if strict_end:
         options["strict_end"] = True
+    if max_member_size != MAX_MEMBER_SIZE:
+        options["max_member_size"] = max_member_size
     return Stage(_tarfile_to_samples, handler=handler, **options)
 
 
@@ -391,6 +400,8 @@ def WebDataset(
     storage_options: StorageOptions | None = None,
     ignore_zeros: bool = False,
     strict_end: bool = False,
+    commands: Commands | None = None,
+    max_member_size: int = MAX_MEMBER_SIZE,
 ) -> SampleGrouper:
     """The usual pipeline from shard URLs to samples, split among ranks and workers.
 
@@ -428,6 +439,12 @@ def WebDataset(
             writer never closed) is a :class:`~wdspipes.errors.TruncatedShardError`; by
             default its samples are read and a :class:`~wdspipes.errors.NoEndMarkerWarning`
             names it, as GNU tar and webdataset read it.
+        commands: which ``pipe:`` URLs run (see :mod:`wdspipes.io.pipe`): ``"program"``
+            (the default, unless the environment variable ``WDSPIPES_COMMANDS`` says
+            otherwise) runs URL strings of ``urls`` but not the ``"url"`` of dict items, which
+            are data; ``"never"`` runs none; ``"any"`` runs those of dict items too.
+        max_member_size: the most bytes a tar member may declare (default 4 GiB); more is a
+            :class:`~wdspipes.errors.MemberTooLargeError`, through ``handler``.
 
     Returns:
         A DataPipe of sample dicts; chain further stages on it (``.decode(...)`` etc.).
@@ -454,12 +471,13 @@ def WebDataset(
     elif shardshuffle:
         bufsize = len(shards) if shardshuffle is True else int(shardshuffle)
         shards = BufferShuffler(shards, bufsize=bufsize, initial=bufsize, seed=seed)
-    options = opener_options(cache_dir, cache_size, storage_options)
+    options = opener_options(cache_dir, cache_size, storage_options, commands)
     options["local_path"] = True  # as webdataset's WebDataset, which tarfile_to_samples is not
     return _tarfile_to_samples(
         ShardingFilterIterDataPipe(shards),
         handler,
         ignore_zeros=ignore_zeros,
         strict_end=strict_end,
+        max_member_size=max_member_size,
         **options,
     )

@@ -162,7 +162,11 @@ def url_opener(
 def _open_each(data: Iterable[Any], handler: Handler, **kw: Any) -> Iterator[dict[str, Any]]:
     for item in data:
         try:
-            stream = cast(ByteStream, gopen(shard_url(item), "rb", **kw))
+            # The "url" of a dict item is data: its command runs only where the policy
+            # runs commands from the data (wdspipes.io.pipe).
+            stream = cast(
+                ByteStream, gopen(shard_url(item), "rb", from_data=not isinstance(item, str), **kw)
+            )
         except Exception as exn:
             if handle(handler, exn):
                 continue

@@ -14,6 +14,7 @@ wdspipes, version ...
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 import warnings
@@ -24,7 +25,7 @@ import click
 
 from wdspipes import __version__
 from wdspipes.cli.cat import cat
-from wdspipes.cli.common import PROG, describe_error, error_line
+from wdspipes.cli.common import PROG, describe_error, error_line, shown
 from wdspipes.cli.create import create
 from wdspipes.cli.demo import demo
 from wdspipes.cli.index import index
@@ -68,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             result = cli.main(args=args, prog_name=PROG, standalone_mode=False)
         except click.UsageError as exn:
-            exn.show()
+            _show_usage_error(exn)
             return EXIT_USAGE
         except click.ClickException as exn:
             return _fail(exn.format_message())
@@ -82,6 +83,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             click.echo(error_line("interrupted"), err=True)
             return EXIT_INTERRUPTED
     return result if isinstance(result, int) else 0
+
+
+def _show_usage_error(exn: click.UsageError) -> None:
+    """click's usage message, each line as :func:`~wdspipes.cli.common.shown`: it may quote an
+    argument, the name of a file a glob found."""
+    text = io.StringIO()
+    exn.show(file=text)
+    for line in text.getvalue().splitlines():
+        click.echo(shown(line), err=True)
 
 
 def _fail(message: object) -> int:
@@ -107,4 +117,4 @@ def _show_warning(
     line: str | None = None,
 ) -> None:
     """Warnings of the library, as one ``wdspipes: warning:`` line each."""
-    click.echo(f"{PROG}: warning: {' '.join(str(message).split())}", err=True)
+    click.echo(f"{PROG}: warning: {shown(' '.join(str(message).split()))}", err=True)

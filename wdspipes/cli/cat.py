@@ -21,6 +21,8 @@ import click
 
 from wdspipes.cli.common import (
     COMPRESSIONS,
+    NO_COMMANDS,
+    UNSAFE_NAMES,
     Stopwatch,
     counted,
     expand_shards,
@@ -137,6 +139,8 @@ def _slice_option(ctx: click.Context, param: click.Parameter, value: str | None)
     is_flag=True,
     help="Read on past zero blocks, as GNU tar -i: reads archives joined with cat whole.",
 )
+@UNSAFE_NAMES
+@NO_COMMANDS
 def cat(
     shards: Sequence[str],
     output: str,
@@ -145,6 +149,7 @@ def cat(
     bounds: Bounds | None,
     compress: str | None,
     ignore_zeros: bool,
+    unsafe_names: bool,
 ) -> None:
     """Concatenate the samples of SHARDS into one shard.
 
@@ -168,7 +173,7 @@ def cat(
     if bounds is not None:
         samples = slice_items(samples, *bounds)
     count = members = data_bytes = 0
-    with closing(reader), shard_writer(output, compression) as writer:
+    with closing(reader), shard_writer(output, compression, unsafe_names) as writer:
         for sample in samples:
             fields = {k: v for k, v in sample.items() if not k.startswith("__")}
             writer.write({"__key__": sample["__key__"], **fields})

@@ -5,6 +5,10 @@ Commands report bad input by raising :class:`click.ClickException`, a
 :class:`~wdspipes.errors.WdsError`, ``OSError`` or ``ValueError``; ``wdspipes.cli.main`` turns
 each into one line on stderr (see :func:`error_line`) and exit status 1.
 
+Everything a command prints goes through :func:`shown`: names from the data (members, fields,
+files a glob found) with their control characters escaped, so that an escape sequence in a
+shard cannot act on the terminal, and URLs without their secrets.
+
 >>> parse_size("500M"), parse_size("1.5GB"), format_size(1536)
 (524288000, 1500000000, '1.5 KiB')
 """
@@ -24,6 +28,7 @@ import click
 from tqdm import tqdm
 
 from wdspipes.read.specs import expand_urls
+from wdspipes.redaction import printable, redact
 from wdspipes.tools.progress import progress
 
 if TYPE_CHECKING:
@@ -32,11 +37,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COMPRESSIONS",
+    "NO_COMMANDS",
     "PROG",
     "SIZE",
+    "UNSAFE_NAMES",
     "SizeType",
     "Stopwatch",
     "counted",
+    "echo",
     "error_line",
     "expand_shards",
     "format_size",
@@ -46,6 +54,7 @@ __all__ = [
     "progress",
     "read_samples",
     "shard_writer",
+    "shown",
     "summarize",
     "warn",
 ]
@@ -68,8 +77,61 @@ _COMPRESSION_SUFFIXES = {
 }
 
 
+def _refuse_commands(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """``--no-commands``: ``WDSPIPES_COMMANDS=never`` while the command runs, for every
+    reader and writer it uses and every process it starts; as it was afterwards."""
+    if not value:
+        return
+    from wdspipes.io.pipe import COMMANDS_VARIABLE  # the URL layer: when the option is given
+
+    previous = os.environ.get(COMMANDS_VARIABLE)
+    os.environ[COMMANDS_VARIABLE] = "never"
+
+    def restore() -> None:
+        if previous is None:
+            os.environ.pop(COMMANDS_VARIABLE, None)
+        else:
+            os.environ[COMMANDS_VARIABLE] = previous
+
+    ctx.call_on_close(restore)
+
+
+NO_COMMANDS = click.option(
+    "--no-commands",
+    is_flag=True,
+    expose_value=False,
+    callback=_refuse_commands,
+    help="Run no shell command: refuse pipe: URLs, to read or to write (as the environment "
+    "variable WDSPIPES_COMMANDS=never does).",
+)
+"""The option of every command that opens URLs: no ``pipe:`` URL runs."""
+
+UNSAFE_NAMES = click.option(
+    "--unsafe-names",
+    is_flag=True,
+    help="Write member names that leave the directory they are extracted into (a .. "
+    "component, a leading /); refused by default.",
+)
+"""The option of the commands that write shards of names read from elsewhere."""
+
 _TORCH_NOTE = "This exception is thrown by __iter__ of "
 """The line torch appends to the message of any error raised while a DataPipe iterates."""
+
+
+def shown(text: object) -> str:
+    """``text`` as a command prints it: control characters escaped (see
+    :func:`~wdspipes.redaction.printable`), the secrets of URLs hidden (see
+    :func:`~wdspipes.redaction.redact`).
+
+    >>> shown("member 'a\\x1b[31m.txt' of https://ann:pw@host/a.tar")
+    "member 'a\\\\x1b[31m.txt' of https://ann:***@host/a.tar"
+    """
+    return printable(redact(str(text)))
+
+
+def echo(text: object, err: bool = False) -> None:
+    """Print a line of a command's output (on stderr with ``err``), as :func:`shown`."""
+    click.echo(shown(text), err=err)
 
 
 def one_line(message: object) -> str:
@@ -112,19 +174,19 @@ def error_line(message: object) -> str:
     >>> error_line("a.tar: no such file")
     'wdspipes: error: a.tar: no such file'
     """
-    return f"{PROG}: error: {one_line(message)}"
+    return f"{PROG}: error: {shown(one_line(message))}"
 
 
 def warn(message: object) -> None:
     """Write ``wdspipes: warning: <message>`` on stderr (above any progress bar)."""
-    tqdm.write(f"{PROG}: warning: {one_line(message)}", file=sys.stderr)
+    tqdm.write(f"{PROG}: warning: {shown(one_line(message))}", file=sys.stderr)
 
 
 def summarize(text: str, err: bool = False) -> None:
     """Write a command's closing summary on stdout (on stderr where stdout carries the output):
     one paragraph, wrapped at the terminal's width on a terminal, one line when piped or
     redirected (for ``grep`` and logs)."""
-    line = one_line(text)
+    line = shown(one_line(text))
     if (sys.stderr if err else sys.stdout).isatty():
         line = textwrap.fill(line, width=shutil.get_terminal_size().columns)
     click.echo(line, err=err)
@@ -230,17 +292,18 @@ output_compression("-", None)
     return _COMPRESSION_SUFFIXES.get(os.path.splitext(path)[1].lower())
 
 
-def shard_writer(output: str, compress: str | None) -> TarWriter:
+def shard_writer(output: str, compress: str | None, unsafe_names: bool = False) -> TarWriter:
     """A ``TarWriter(encoder=False)`` for the output argument ``output``: any URL the writers
     take (a path, ``-`` for standard output, ``pipe:COMMAND``, ``s3://...``; see
     :mod:`wdspipes.io.sinks`). Used with ``with``, it is complete under its name only when the
     block succeeds; when the block fails it is aborted: a path or an object is never created,
     and standard output or a command is left without the end-of-archive marker, so that
-    whoever reads it sees that it is cut short.
+    whoever reads it sees that it is cut short. Names that escape are refused unless
+    ``unsafe_names`` (``--unsafe-names``).
     """
     from wdspipes.write import TarWriter  # numpy and the URL layer: only commands that write
 
-    return TarWriter(output, encoder=False, compress=compress)
+    return TarWriter(output, encoder=False, compress=compress, unsafe_names=unsafe_names)
 
 
 class Stopwatch:

@@ -28,6 +28,8 @@ import click
 
 from wdspipes.cli.common import (
     COMPRESSIONS,
+    NO_COMMANDS,
+    UNSAFE_NAMES,
     Stopwatch,
     counted,
     describe_error,
@@ -70,7 +72,16 @@ Members = list[tuple[str, str]]
     "OUT must be a pattern.",
 )
 @job_options
-def create(output: str, source: str, compress: str | None, classes: bool, **job: Any) -> None:
+@UNSAFE_NAMES
+@NO_COMMANDS
+def create(
+    output: str,
+    source: str,
+    compress: str | None,
+    classes: bool,
+    unsafe_names: bool,
+    **job: Any,
+) -> None:
     """Write the shard OUT from SOURCE, a directory or a recipe file; or, if OUT is a
     pattern (train-%06d.tar), a series of shards of at most --maxcount samples and
     --maxsize bytes, in order or with --shuffle in a uniformly random order, on Ray with
@@ -92,7 +103,7 @@ def create(output: str, source: str, compress: str | None, classes: bool, **job:
           --shuffle --seed 0 --ray
     """
     if _is_pattern(output):
-        _create_series(output, source, compress, classes, job)
+        _create_series(output, source, compress, classes, {**job, "unsafe_names": unsafe_names})
         return
     given = [f"--{name}" for name in job if _given(name)] + (["--classes"] if classes else [])
     if given:
@@ -109,7 +120,7 @@ def create(output: str, source: str, compress: str | None, classes: bool, **job:
     else:
         raise click.ClickException(f"{source}: no such file or directory")
     compression = output_compression(output, compress)
-    data_bytes, size = _write(output, members, compression)
+    data_bytes, size = _write(output, members, compression, unsafe_names)
     samples = count_samples(name for name, _ in members)
     kind = f"{compression}-compressed" if compression else "uncompressed"
     destination = "standard output" if output == "-" else output
@@ -171,10 +182,12 @@ def _given(name: str) -> bool:
     return source is click.core.ParameterSource.COMMANDLINE
 
 
-def _write(output: str, members: Members, compression: str | None) -> tuple[int, int]:
+def _write(
+    output: str, members: Members, compression: str | None, unsafe_names: bool
+) -> tuple[int, int]:
     """Write the shard; return the bytes of member data and the size of the shard."""
     data_bytes = 0
-    with shard_writer(output, compression) as writer:
+    with shard_writer(output, compression, unsafe_names) as writer:
         for name, path in progress(members, unit=" files", desc=output):
             with open(path, "rb") as file:
                 data = file.read()

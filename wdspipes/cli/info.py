@@ -22,15 +22,19 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from wdspipes.cli.common import (
+    NO_COMMANDS,
     Stopwatch,
     counted,
+    echo,
     expand_shards,
     format_size,
     progress,
+    shown,
     summarize,
 )
 from wdspipes.core.names import is_meta, split_name
 from wdspipes.errors import DataAfterEndError, WdsError
+from wdspipes.redaction import redact
 
 if TYPE_CHECKING:
     from wdspipes.io.urls import ByteStream
@@ -224,6 +228,7 @@ def _file_size(stream: object) -> int | None:
     is_flag=True,
     help="Read on past zero blocks, as GNU tar -i: counts archives joined with cat whole.",
 )
+@NO_COMMANDS
 def info(shards: Sequence[str], as_json: bool, ignore_zeros: bool) -> None:
     """Count the samples, members, fields and bytes of SHARDS and check them for problems.
 
@@ -241,7 +246,8 @@ def info(shards: Sequence[str], as_json: bool, ignore_zeros: bool) -> None:
             reports.append(read_shard(url, ignore_zeros=ignore_zeros))
     total = _total(reports)
     if as_json:
-        click.echo(json.dumps({"shards": [r.as_json() for r in reports], "total": total}, indent=2))
+        document = {"shards": [r.as_json() for r in reports], "total": total}
+        click.echo(redact(json.dumps(document, indent=2)))  # JSON escapes control characters
     else:
         for report in reports:
             _print_report(report)
@@ -280,15 +286,16 @@ def _total(reports: list[ShardReport]) -> dict[str, Any]:
 
 def _print_report(report: ShardReport) -> None:
     kind = f"{report.compression}-compressed" if report.compression else "uncompressed"
-    click.echo(
+    echo(
         f"{report.url}: {counted(report.samples, 'sample')}, {counted(report.members, 'member')}, "
         f"{format_size(report.data_bytes)} of data; {format_size(report.size)}, {kind}"
     )
     if report.fields:
-        width = max(len(name) for name in report.fields)
-        click.echo(f"  {'field':<{width}}  {'samples':>9}  {'bytes':>14}")
+        names = {name: shown(name) for name in report.fields}  # as printed: escaped
+        width = max(map(len, names.values()))
+        echo(f"  {'field':<{width}}  {'samples':>9}  {'bytes':>14}")
         for name, stats in sorted(report.fields.items()):
-            click.echo(f"  {name:<{width}}  {stats.samples:>9,}  {stats.bytes:>14,}")
+            echo(f"  {names[name]:<{width}}  {stats.samples:>9,}  {stats.bytes:>14,}")
     for problem in report.problems.values():
         times = f" ({problem.count} times; the first:)" if problem.count > 1 else ""
         where = (
@@ -296,4 +303,4 @@ def _print_report(report: ShardReport) -> None:
             if problem.kind == "read-error"
             else f" [member {problem.member!r}, byte {problem.offset}]"
         )
-        click.echo(f"  PROBLEM {problem.kind}{times}: {problem.message}{where}")
+        echo(f"  PROBLEM {problem.kind}{times}: {problem.message}{where}")

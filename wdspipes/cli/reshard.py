@@ -14,7 +14,9 @@ import click
 
 from wdspipes.cli.common import (
     COMPRESSIONS,
+    NO_COMMANDS,
     SIZE,
+    UNSAFE_NAMES,
     describe_error,
     expand_shards,
     format_size,
@@ -133,6 +135,8 @@ _JOB_OPTIONS = [
     is_flag=True,
     help="Read on past zero blocks, as GNU tar -i: reads archives joined with cat whole.",
 )
+@UNSAFE_NAMES
+@NO_COMMANDS
 def reshard(
     shards: tuple[str, ...],
     pattern: str,
@@ -146,6 +150,7 @@ def reshard(
     ignore_zeros: bool,
     ray: str | None,
     cpus: int | None,
+    unsafe_names: bool,
 ) -> None:
     """Rewrite the samples of SHARDS into new shards of at most --maxcount samples and
     --maxsize bytes, in order, or with --shuffle in a uniformly random order.
@@ -179,6 +184,7 @@ def reshard(
             compress=compress,
             progress=True,
             ignore_zeros=ignore_zeros,
+            unsafe_names=unsafe_names,
             **engine,
         )
     )

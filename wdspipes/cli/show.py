@@ -1,8 +1,11 @@
 """``wdspipes show``: a contact sheet of the first images of a shard, each with its key and label.
 
-Each tile holds one sample's first image field (by extension: jpg jpeg png webp ppm pgm bmp
-tif tiff), scaled to fit a square of ``size`` pixels, and under it two lines of text: the key,
-and the label (the sample's ``cls`` or ``txt`` field) if it has one.
+Each tile holds one sample's first image field (by extension, those the image decoders take:
+:data:`~wdspipes.samples.decoders.images.IMAGE_FORMATS`), scaled to fit a square of ``size``
+pixels, and under it two lines of text: the key, and the label (the sample's ``cls`` or ``txt``
+field) if it has one. Each image is opened as the decoders open it: only in the format its
+extension names, never by a plugin that runs a program (EPS), and refused above
+:data:`~wdspipes.samples.decoders.images.MAX_PIXELS` pixels before it is decoded.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import click
 from PIL import Image, ImageDraw, ImageFont
 
 from wdspipes.cli.common import (
+    NO_COMMANDS,
     Stopwatch,
     counted,
     expand_shards,
@@ -28,9 +32,8 @@ from wdspipes.io.sinks import open_sink
 if TYPE_CHECKING:
     from wdspipes.core.datapipe import Sample
 
-__all__ = ["IMAGE_EXTENSIONS", "PAD", "Tile", "contact_sheet", "first_image", "show"]
+__all__ = ["PAD", "Tile", "contact_sheet", "first_image", "show"]
 
-IMAGE_EXTENSIONS = frozenset(["jpg", "jpeg", "png", "webp", "ppm", "pgm", "bmp", "tif", "tiff"])
 LABEL_FIELDS = ("cls", "txt")
 PAD = 4
 """Pixels of margin around each image, and between it and its text."""
@@ -47,8 +50,10 @@ def first_image(sample: Sample) -> tuple[str, bytes] | None:
     >>> first_image({"__key__": "a", "cls": b"1", "seg.png": b"P", "jpg": b"J"})
     ('seg.png', b'P')
     """
+    from wdspipes.samples.decoders.images import IMAGE_FORMATS  # numpy and torch: as it reads
+
     for name, value in sample.items():
-        if not name.startswith("__") and name.rsplit(".", 1)[-1] in IMAGE_EXTENSIONS:
+        if not name.startswith("__") and name.rsplit(".", 1)[-1] in IMAGE_FORMATS:
             return name, value
     return None
 
@@ -69,9 +74,12 @@ def label_of(sample: Sample) -> str:
 
 def _open_image(sample: Sample, name: str, data: bytes, size: int) -> Image.Image:
     """The image of a field, in RGBA, shrunk to fit ``size`` pixels (large photos need not be
-    held whole)."""
+    held whole), opened as the image decoders open it (see the module)."""
+    from wdspipes.samples.decoders.images import IMAGE_FORMATS, open_image
+
+    extension = name.rsplit(".", 1)[-1]
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with open_image(data, IMAGE_FORMATS[extension], extension=extension) as image:
             image.draft("RGB", (size, size))  # JPEG: decode at a reduced scale
             converted: Image.Image = image.convert("RGBA")
         converted.thumbnail((size, size), Image.Resampling.LANCZOS)
@@ -173,11 +181,13 @@ def _fit(
     type=click.IntRange(min=8),
     help="Pixels of each image's square.",
 )
+@NO_COMMANDS
 def show(shard: str, output: str, count: int, columns: int, size: int) -> None:
     """Draw the first images of SHARD on a contact sheet (a PNG), each with its key and
     label (the sample's cls or txt field).
 
-    A sample gives its first image field (jpg jpeg png webp ppm pgm bmp tif tiff).
+    A sample gives its first image field (jpg jpeg jpe jfif png webp gif tif tiff bmp ppm pgm
+    pbm pnm), opened only in the format its extension names.
     """
     clock = Stopwatch()
     samples = read_samples(expand_shards([shard]), desc=shard)
@@ -186,7 +196,9 @@ def show(shard: str, output: str, count: int, columns: int, size: int) -> None:
     finally:
         samples.close()
     if not tiles:
-        extensions = " ".join(sorted(IMAGE_EXTENSIONS))
+        from wdspipes.samples.decoders.images import IMAGE_FORMATS
+
+        extensions = " ".join(sorted(IMAGE_FORMATS))
         raise click.ClickException(
             f"{shard}: no images in {counted(read, 'sample')} (looked for fields {extensions})"
         )

@@ -1,20 +1,24 @@
 """A file that appears under its final name only when complete, for the writers of shards.
 
-:class:`AtomicFile` writes to a temporary name in the final directory, ``.NAME.partial-PID``
-(hidden, and never a name of a shard pattern); :meth:`~AtomicFile.commit` flushes it, syncs it
-to disk with ``fsync`` and renames it to its final name with ``os.replace`` (atomic on POSIX
-file systems, replacing a file of that name); :meth:`~AtomicFile.abort` closes and deletes it.
-A process killed on the way leaves at most the temporary file, and an older file under the
-final name stays as it was until the commit. :class:`~wdspipes.write.ShardWriter`,
-:class:`~wdspipes.write.streams.CborWriter` and :class:`~wdspipes.write.streams.MsgpackWriter` write
-through it.
+:class:`AtomicFile` writes to a temporary name in the final directory, ``.NAME.partial-XXXXXXXX``
+(hidden, never a name of a shard pattern, with eight random characters); :meth:`~AtomicFile.commit`
+flushes it, syncs it to disk with ``fsync`` and renames it to its final name with ``os.replace``
+(atomic on POSIX file systems, replacing a file of that name); :meth:`~AtomicFile.abort` closes
+and deletes it. A process killed on the way leaves at most the temporary file, and an older file
+under the final name stays as it was until the commit. :class:`~wdspipes.write.ShardWriter`,
+:class:`~wdspipes.write.streams.CborWriter` and :class:`~wdspipes.write.streams.MsgpackWriter`
+write through it.
+
+The temporary file is made by :func:`create_new`: created exclusively (``O_EXCL``), so that
+nothing already there under its name is used, a symbolic link planted there is not followed,
+and two writers (two processes of one pid in two containers, say) never share one.
 
 >>> import os, pathlib, tempfile
 >>> directory = pathlib.Path(tempfile.mkdtemp())
 >>> target = AtomicFile(directory / "a.bin")
 >>> _ = target.file.write(b"all of it")
->>> os.listdir(directory) == [f".a.bin.partial-{os.getpid()}"]
-True
+>>> [name[:-8] for name in os.listdir(directory)]
+['.a.bin.partial-']
 >>> target.commit()
 >>> os.listdir(directory), (directory / "a.bin").read_bytes()
 (['a.bin'], b'all of it')
@@ -30,9 +34,39 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 from typing import BinaryIO
 
-__all__ = ["AtomicFile"]
+__all__ = ["AtomicFile", "create_new", "random_suffix"]
+
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_ATTEMPTS = 100
+_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def random_suffix() -> str:
+    """Eight random characters (41 bits) for a temporary name, from the system's source."""
+    return "".join(secrets.choice(_ALPHABET) for _ in range(8))
+
+
+def create_new(directory: str, prefix: str, mode: int = 0o666) -> tuple[int, str]:
+    """A file newly made in ``directory`` under ``prefix`` and a random suffix, opened for
+    writing: its descriptor and path. As ``tempfile.mkstemp``, it is created exclusively
+    (``O_EXCL``: never a file or link already there, never through a symbolic link), but with
+    ``mode`` less the umask, so that a file renamed into place gets the permissions any new
+    file would (``0o600`` for a file of secrets).
+
+    Raises:
+        OSError: it cannot be made (a missing directory, no permission), or every name tried
+            was taken.
+    """
+    for _ in range(_ATTEMPTS):
+        path = os.path.join(directory, prefix + random_suffix())
+        try:
+            return os.open(path, _NEW, mode), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name {prefix}XXXXXXXX in {directory or '.'}")
 
 
 class AtomicFile:
@@ -44,15 +78,19 @@ class AtomicFile:
 
     Attributes:
         path: the final name.
-        temporary: the name written to: ``.NAME.partial-PID`` in the same directory.
+        temporary: the name written to: ``.NAME.partial-XXXXXXXX`` in the same directory,
+            created exclusively (see :func:`create_new`).
         file: the open file to write to; :meth:`commit` and :meth:`abort` close it.
+
+    Raises:
+        OSError: the temporary file cannot be made.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
         directory, name = os.path.split(self.path)
-        self.temporary = os.path.join(directory, f".{name}.partial-{os.getpid()}")
-        self.file: BinaryIO = open(self.temporary, "wb")  # noqa: SIM115  # commit or abort
+        fd, self.temporary = create_new(directory, f".{name}.partial-")
+        self.file: BinaryIO = os.fdopen(fd, "wb")  # commit or abort closes it
         self._done = False
 
     def commit(self) -> None:

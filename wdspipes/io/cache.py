@@ -13,8 +13,11 @@ reads remote shards through a :class:`ShardCache`:
 - **Names** derive from the whole URL, ``<16 hex digits of its sha256>-<its basename>``, so two
   URLs with one basename in different folders never share an entry (webdataset issue #471).
 - **Validation**: an entry is written only by rename, next to a small ``.<name>.meta`` file
-  recording its URL and size; it is used only if both agree with the file. Anything else (a
-  truncated file, a missing meta file) is removed and fetched again.
+  recording its URL (without its secrets: see :func:`~wdspipes.redaction.redact`), the sha256
+  of the whole URL and its size, readable by its owner only; it is used only if they agree
+  with the URL and the file. Anything else (a truncated file, a missing meta file) is removed
+  and fetched again. Temporary files are created exclusively (never through a link planted
+  under their name: :func:`~wdspipes.io.atomic.create_new`).
 - **Bounded size**: after a shard is added, the least recently used entries (by the time of
   their last use, kept as the file's mtime) are removed until the cache holds at most
   ``cache_size`` bytes. An entry being read (a reader holds a shared ``flock`` on it) or
@@ -26,10 +29,10 @@ reads remote shards through a :class:`ShardCache`:
   if there were no cache. Every reader gets every sample of the shard once; the entry is
   written once.
 
-Local paths and ``file:`` URLs are not cached (they are local already) and ``-`` (standard
-input, readable once) is not either. ``pipe:`` URLs are cached like any remote URL, keyed by
-the whole command, as webdataset does. Locks use ``fcntl.flock``: Linux and other POSIX
-systems.
+Local paths, ``file:`` URLs and URLs naming an existing file are not cached (they are local
+already) and ``-`` (standard input, readable once) is not either. ``pipe:`` URLs are cached
+like any remote URL, keyed by the whole command, as webdataset does. Locks use
+``fcntl.flock``: Linux and other POSIX systems.
 
 Every opened stream has a ``local_path`` attribute: the cache file (the name it gets once
 complete, while it is being fetched, or fetched by another reader), or for local shards the
@@ -54,7 +57,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from wdspipes.io.local import BUFFER_SIZE, ClosingStream, local_path
+from wdspipes.io.atomic import create_new
+from wdspipes.io.local import BUFFER_SIZE, ClosingStream, reading_path
+from wdspipes.redaction import RedactedOptions, redact
 
 if TYPE_CHECKING:
     from wdspipes.io.urls import ByteStream
@@ -84,7 +89,7 @@ StorageOptions = Mapping[str, Any]
 _DIGITS = 16  # hex digits of the URL's sha256 in an entry name: 64 bits
 _ENTRY = re.compile(rf"[0-9a-f]{{{_DIGITS}}}-")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-_STALE = re.compile(rf"\.([0-9a-f]{{{_DIGITS}}}-.*)\.tmp")  # an entry's temporary file
+_STALE = re.compile(rf"\.([0-9a-f]{{{_DIGITS}}}-.*)\.tmp(-[a-z0-9]{{8}})?")  # an entry's temporary
 _WRITE_BUFFER = 1 << 18
 
 
@@ -152,7 +157,7 @@ class ShardCache:
         """
         if url == "-":
             return open_url(url)
-        if local_path(url) is not None:
+        if reading_path(url) is not None:
             stream = open_url(url)
             name = getattr(stream, "name", None)
             return Located(stream, name if isinstance(name, str) else None)
@@ -164,7 +169,8 @@ class ShardCache:
         try:
             lock = _try_lock(_aux(path, "lock"))
         except OSError as exn:  # a read-only cache, say: read the shard without caching it
-            log.warning("cannot lock cache entry %s (%s): reading %s uncached", path, exn, url)
+            shown = redact(url)
+            log.warning("cannot lock cache entry %s (%s): reading %s uncached", path, exn, shown)
             lock = None
         if lock is None:  # another reader is fetching it: read it ourselves, without writing
             return Located(open_url(url), path)
@@ -257,6 +263,7 @@ class CacheWriter(ClosingStream):
         self, source: ByteStream, url: str, path: str, lock: int, cache: ShardCache
     ) -> None:
         self.url = url
+        self.shown = redact(url)  # in log lines
         self.local_path = path
         self.closed = False
         self._source = source
@@ -264,10 +271,12 @@ class CacheWriter(ClosingStream):
         self._cache = cache
         self._at_end = False
         self._discarded = False
-        self._temp = _aux(path, "tmp")
+        self._temp: str | None = None
         self._file: BinaryIO | None = None
         try:
-            self._file = open(self._temp, "wb", buffering=_WRITE_BUFFER)  # noqa: SIM115
+            directory, name = os.path.split(path)
+            fd, self._temp = create_new(directory, f".{name}.tmp-")
+            self._file = os.fdopen(fd, "wb", buffering=_WRITE_BUFFER)
         except OSError as exn:
             self._give_up(exn)
 
@@ -321,23 +330,19 @@ class CacheWriter(ClosingStream):
     def _commit(self, file: BinaryIO) -> bool:
         """Make the temporary file the entry: data synced first, then the meta file, then the
         data under its name, then the directory. Whether it worked."""
+        assert self._temp is not None  # a file was opened
         try:
             file.flush()
             os.fsync(file.fileno())
             size = file.tell()
             file.close()
-            meta = _aux(self.local_path, "meta")
-            with open(meta + "-tmp", "w") as out:
-                json.dump({"url": self.url, "size": size}, out)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(meta + "-tmp", meta)
+            _write_meta(self.local_path, _meta(self.url, size))
             os.replace(self._temp, self.local_path)
             now = time.time_ns()
             os.utime(self.local_path, ns=(now, now))
             _fsync_directory(self._cache.cache_dir)
         except OSError as exn:
-            log.warning("caching %s as %s failed: %s", self.url, self.local_path, exn)
+            log.warning("caching %s as %s failed: %s", self.shown, self.local_path, exn)
             self._drop()
             _remove_entry(self.local_path)
             return False
@@ -349,6 +354,8 @@ class CacheWriter(ClosingStream):
             with contextlib.suppress(OSError):
                 self._file.close()
             self._file = None
+        if self._temp is None:
+            return
         try:
             os.unlink(self._temp)
         except FileNotFoundError:
@@ -358,7 +365,7 @@ class CacheWriter(ClosingStream):
 
     def _give_up(self, exn: OSError) -> None:
         """Writing failed (a full disk, say): go on reading, without caching."""
-        log.warning("caching %s failed, reading on without it: %s", self.url, exn)
+        log.warning("caching %s failed, reading on without it: %s", self.shown, exn)
         self._discarded = True
         self._drop()
 
@@ -368,7 +375,7 @@ class CacheWriter(ClosingStream):
             try:
                 self.close()
             except Exception:  # a finaliser must not raise; the stream was abandoned anyway
-                log.debug("closing abandoned %r failed", self.url, exc_info=True)
+                log.debug("closing abandoned %r failed", self.shown, exc_info=True)
 
 
 def _aux(path: str, kind: str) -> str:
@@ -395,7 +402,7 @@ def _open_entry(path: str, url: str) -> Located | None:
             file.close()
             return None
         info = os.fstat(fd)
-        if info.st_nlink == 0 or _read_meta(path) != {"url": url, "size": info.st_size}:
+        if info.st_nlink == 0 or _read_meta(path) != _meta(url, info.st_size):
             file.close()
             return None
         now = time.time_ns()
@@ -411,6 +418,30 @@ def sidecar_of(path: str) -> str:
     """The file of the entry at ``path`` that holds its samples' offsets (see
     :mod:`wdspipes.read.offsets`): hidden, removed with the entry."""
     return _aux(path, "offsets")
+
+
+def _meta(url: str, size: int) -> dict[str, object]:
+    """What the meta file of the entry of ``url`` holds: the URL without its secrets, the
+    sha256 of the whole URL (that tells one URL from another), and the entry's size."""
+    digest = hashlib.sha256(url.encode("utf-8", "surrogateescape")).hexdigest()
+    return {"url": redact(url), "sha256": digest, "size": size}
+
+
+def _write_meta(path: str, meta: dict[str, object]) -> None:
+    """Write the meta file of the entry at ``path``, readable by its owner only, synced,
+    under its name only once complete."""
+    directory, name = os.path.split(_aux(path, "meta"))
+    fd, temporary = create_new(directory, f"{name}-", 0o600)
+    try:
+        with os.fdopen(fd, "w") as out:
+            json.dump(meta, out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, os.path.join(directory, name))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def _read_meta(path: str) -> object:
@@ -478,7 +509,7 @@ def _try_lock(path: str) -> int | None:
     holds it. A lock file is removed by its holder when done, so a lock taken on a file that
     is no longer at ``path`` is let go and taken again."""
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -518,12 +549,14 @@ def opener_options(
     cache_dir: CacheDir | None = None,
     cache_size: int | None = DEFAULT_CACHE_SIZE,
     storage_options: StorageOptions | None = None,
+    commands: str | None = None,
 ) -> dict[str, object]:
-    """The cache and store keywords of ``ShardOpener`` that differ from their defaults, so
-    that a curried stage shows only what was asked for.
+    """The cache, store and command keywords of ``ShardOpener`` that differ from their
+    defaults, so that a curried stage shows only what was asked for (storage options without
+    their values: see :class:`~wdspipes.redaction.RedactedOptions`).
 
-    >>> opener_options(cache_dir="c", storage_options=None)
-    {'cache_dir': 'c'}
+    >>> opener_options(cache_dir="c", storage_options={"secret": "s"})
+    {'cache_dir': 'c', 'storage_options': {'secret': '***'}}
     """
     options: dict[str, object] = {}
     if cache_dir is not None:
@@ -531,5 +564,7 @@ def opener_options(
     if cache_size != DEFAULT_CACHE_SIZE:
         options["cache_size"] = cache_size
     if storage_options is not None:
-        options["storage_options"] = storage_options
+        options["storage_options"] = RedactedOptions(storage_options)
+    if commands is not None:
+        options["commands"] = commands
     return options

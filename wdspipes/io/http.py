@@ -59,6 +59,7 @@ from urllib3.exceptions import (
 
 from wdspipes.errors import ShardError, ShardOpenError
 from wdspipes.io.local import ClosingStream
+from wdspipes.redaction import redact
 
 __all__ = [
     "BACKOFF",
@@ -148,7 +149,7 @@ class HttpStream(ClosingStream):
         self, url: str, shown: str, *, retries: int, backoff: float, timeout: float
     ) -> None:
         self.url = url
-        self.shown = shown
+        self.shown = redact(shown)  # no secret of the URL in errors and log lines
         self._retries = retries
         self._backoff = backoff
         self._timeout = urllib3.Timeout(connect=timeout, read=timeout)
@@ -274,7 +275,7 @@ class HttpStream(ClosingStream):
         log.warning(
             "%s: %s at byte %d; retry %d of %d in %.1f s",
             self.shown,
-            _describe(cause),
+            redact(_describe(cause)),
             self._received,
             self._failures,
             self._retries,
@@ -284,8 +285,8 @@ class HttpStream(ClosingStream):
 
     def _error(self, problem: str, offset: int | None = None) -> ShardError:
         """A located error: a ShardOpenError until a response came, a ShardError after."""
-        if self.shown != self.url:
-            problem = f"{problem} (GET {self.url})"
+        if self.shown != redact(self.url):
+            problem = f"{problem} (GET {self.url})"  # WdsError redacts it
         kind = ShardError if self._opened else ShardOpenError
         return kind(problem, url=self.shown, offset=offset)
 

@@ -13,6 +13,10 @@ decoded, and writers leave them out, as ``__url__``. ``stream`` is the opened st
 opener adds, not a field; ``key`` (``__key__``) and ``__url__`` would replace the sample's own
 and are refused.
 
+A dict item is data (shard lists read from files give them): the ``pipe:`` URL of its
+``"url"`` runs no command unless the opener's ``commands`` is ``"any"`` (see
+:mod:`wdspipes.io.pipe`); a URL string is the program's own.
+
 >>> shard_url("a.tar"), shard_url({"url": "b.tar", "lang": "en"})
 ('a.tar', 'b.tar')
 >>> shard_fields({"url": "b.tar", "lang": "en", "local_path": "/data/b.tar"})

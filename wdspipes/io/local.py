@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import sys
 from types import TracebackType
@@ -12,7 +13,15 @@ from urllib.request import url2pathname
 
 from wdspipes.errors import ShardOpenError
 
-__all__ = ["BUFFER_SIZE", "ClosingStream", "local_path", "open_file", "open_stdin", "url_scheme"]
+__all__ = [
+    "BUFFER_SIZE",
+    "ClosingStream",
+    "local_path",
+    "open_file",
+    "open_stdin",
+    "reading_path",
+    "url_scheme",
+]
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +101,25 @@ def local_path(url: str) -> str | None:
     return url2pathname(urlparse(url).path) if scheme == "file" else None
 
 
+def reading_path(url: str) -> str | None:
+    """The local file that reading ``url`` reads: the file of a plain path or ``file:`` URL,
+    and any URL that names an existing file (or directory, or link), whatever its prefix; else
+    None (``-`` and remote URLs).
+
+    A file named ``pipe:touch x;y.tar`` that a glob found is that file: it is read, never run.
+
+    >>> reading_path("data/a.tar"), reading_path("pipe:cat a.tar"), reading_path("-")
+    ('data/a.tar', None, None)
+    """
+    path = local_path(url)
+    if path is not None or url == "-":
+        return path
+    return url if os.path.lexists(url) else None
+
+
 def open_file(url: str) -> BinaryIO:
-    """Open a local path or ``file:`` URL for reading.
+    """Open a local path, a ``file:`` URL, or an existing file whose name looks like a URL (see
+    :func:`reading_path`) for reading.
 
     Raises:
         ShardOpenError: the file is missing, a directory, or unreadable; also the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import zlib
 from collections.abc import Iterator
@@ -30,8 +31,10 @@ from wdspipes.io.cache import (
     opener_options,
 )
 from wdspipes.io.items import ShardItem, shard_url
-from wdspipes.io.local import local_path
-from wdspipes.io.urls import ByteStream, ShardStream, close_quietly, open_url
+from wdspipes.io.local import reading_path
+from wdspipes.io.pipe import Commands, commands_policy
+from wdspipes.io.urls import ByteStream, ShardStream, check_url, close_quietly, open_url
+from wdspipes.redaction import RedactedOptions, redact
 
 __all__ = ["OpenedShard", "ShardOpener", "opened", "url_opener"]
 
@@ -46,8 +49,11 @@ webdataset's ``url_opener`` yields it. The readers take both."""
 
 def opened(item: ShardItem, stream: ByteStream) -> OpenedShard:
     """Shard item ``item`` with its opened ``stream``, in the item's form (see
-    :data:`OpenedShard`)."""
-    return ShardStream(item, stream) if isinstance(item, str) else {**item, "stream": stream}
+    :data:`OpenedShard`); its URL as errors and ``__url__`` show it, without secrets (see
+    :func:`~wdspipes.redaction.redact`)."""
+    if isinstance(item, str):
+        return ShardStream(redact(item), stream)
+    return {**item, "url": redact(shard_url(item)), "stream": stream}
 
 
 @functional_stage("open_shards")
@@ -75,6 +81,11 @@ class ShardOpener(StageDataPipe[OpenedShard]):
     carry their path too (``WebDataset`` asks for it, as webdataset's ``WebDataset`` sets
     ``__local_path__`` on samples of local files).
 
+    A ``pipe:`` URL runs as ``commands`` says (see :mod:`wdspipes.io.pipe`): by default a URL
+    string of the source runs, the ``"url"`` of a dict item (data, as a shard list read from
+    a file) does not. The URL it yields, which errors and the samples' ``__url__`` show, has
+    the secrets of the URL (a password, query values) replaced by ``***``.
+
     Args:
         source_datapipe: yields shard items: URLs, or dicts with a ``"url"``.
         handler: what to do when a shard cannot be opened (see :mod:`wdspipes.errors`).
@@ -84,13 +95,17 @@ class ShardOpener(StageDataPipe[OpenedShard]):
             (options of a remote store, such as credentials); None passes nothing.
         local_path: without ``cache_dir``, give the streams of local shards (paths and
             ``file:`` URLs) their file's path as ``local_path``.
+        commands: which ``pipe:`` URLs run: ``"program"`` (URL strings, not the ``"url"`` of
+            dict items), ``"never"`` or ``"any"``; None for the environment variable
+            ``WDSPIPES_COMMANDS``, else ``"program"``.
 
     Yields:
         A :class:`ShardStream` ``(url, stream)`` per URL string; per dict item, a copy of the
         dict with the stream under ``"stream"`` (see :data:`OpenedShard`).
 
     Raises:
-        ShardOpenError: through ``handler``, for a shard that cannot be opened.
+        ShardOpenError: through ``handler``, for a shard that cannot be opened, or a
+            ``pipe:`` URL that ``commands`` refuses.
         ShardItemError: through ``handler``, for an item that names no shard.
         ShardSplitError: some rank gets no shard.
         OSError: the cache directory cannot be made.
@@ -100,7 +115,8 @@ class ShardOpener(StageDataPipe[OpenedShard]):
     [('pipe:printf hello', b'hello')]
     >>> from torch.utils.data.datapipes.iter import IterableWrapper
     >>> items = IterableWrapper([{"url": "pipe:printf hi", "lang": "en"}], deepcopy=False)
-    >>> [(shard["url"], shard["lang"], shard["stream"].read()) for shard in items.open_shards()]
+    >>> opened = items.open_shards(commands="any")  # a command in a dict item: data
+    >>> [(shard["url"], shard["lang"], shard["stream"].read()) for shard in opened]
     [('pipe:printf hi', 'en', b'hi')]
     """
 
@@ -113,13 +129,17 @@ class ShardOpener(StageDataPipe[OpenedShard]):
         cache_size: int | None = DEFAULT_CACHE_SIZE,
         storage_options: StorageOptions | None = None,
         local_path: bool = False,
+        commands: Commands | None = None,
     ) -> None:
         super().__init__()
+        if commands is not None:
+            commands_policy(commands)  # a bad value fails now, not at the first shard
         self.source_datapipe = source_datapipe
         self.handler = handler
         self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_size)
-        self.storage_options = storage_options
+        self.storage_options = None if storage_options is None else RedactedOptions(storage_options)
         self.local_path = local_path
+        self.commands = commands
         # Resume bookkeeping (see wdspipes.core.resume): shards taken this epoch and a checksum
         # of their URLs, what a restored state asks of the next iteration, and the items of
         # shards to read again.
@@ -156,7 +176,7 @@ class ShardOpener(StageDataPipe[OpenedShard]):
                 self._check_resumed(saved)
                 target = None
             try:
-                stream = self._open(shard_url(item) if url is None else url)
+                stream = self._open(shard_url(item) if url is None else url, _from_data(item))
             except (ShardOpenError, ShardItemError) as exn:
                 if handle(self.handler, exn):
                     continue
@@ -192,7 +212,7 @@ class ShardOpener(StageDataPipe[OpenedShard]):
     def open_again(self, item: ShardItem) -> ByteStream:
         """Open a shard read before (its item), to read some of its samples again."""
         try:
-            return self._open(shard_url(item))
+            return self._open(shard_url(item), _from_data(item))
         except ShardOpenError as exn:
             raise ResumeError(f"cannot open a shard again to resume: {exn}") from exn
 
@@ -207,22 +227,36 @@ class ShardOpener(StageDataPipe[OpenedShard]):
             "(a changed shard list, seed or split)"
         )
 
-    def _open(self, url: str) -> ByteStream:
+    def _open(self, url: str, from_data: bool) -> ByteStream:
         if self.cache is None:
-            stream = self._open_url(url)
-            path = local_path(url) if self.local_path else None
+            stream = self._open_url(url, from_data)
+            path = reading_path(url) if self.local_path else None
             return stream if path is None else Located(stream, path)
+        check_url(url, self.commands, from_data)  # a cached copy of a refused command too
         try:
-            return self.cache.open(url, self._open_url)
+            return self.cache.open(url, functools.partial(self._open_url, from_data=from_data))
         except WdsError:  # the shard's own failure (an OSError too)
             raise
         except OSError as exn:
             raise ShardOpenError(f"cannot open through the shard cache: {exn}", url=url) from exn
 
-    def _open_url(self, url: str) -> ByteStream:
-        if self.storage_options is None:
-            return open_url(url)
-        return open_url(url, storage_options=self.storage_options)
+    def _open_url(self, url: str, from_data: bool) -> ByteStream:
+        """``open_url``, given only the keywords that differ from its defaults."""
+        options: dict[str, Any] = {}
+        if self.storage_options is not None:
+            options["storage_options"] = self.storage_options
+        if self.commands is not None:
+            options["commands"] = self.commands
+        if from_data:
+            options["from_data"] = True
+        stream: ByteStream = open_url(url, **options)
+        return stream
+
+
+def _from_data(item: ShardItem) -> bool:
+    """Whether the URL of shard item ``item`` is data: a dict item's ``"url"`` (shard lists
+    read from files come as such dicts), not a URL string of the program's shard list."""
+    return not isinstance(item, str)
 
 
 @stage_factory
@@ -232,12 +266,12 @@ def url_opener(
     cache_dir: CacheDir | None = None,
     cache_size: int | None = DEFAULT_CACHE_SIZE,
     storage_options: StorageOptions | None = None,
+    commands: Commands | None = None,
 ) -> Stage:
     """The opener stage for ``DataPipeline(...)``: ``open_shards(handler=handler, ...)``.
 
     >>> url_opener(cache_dir="/tmp/shards")
     ShardOpener(handler=<function reraise_exception at ...>, cache_dir='/tmp/shards')
     """
-    return Stage(
-        ShardOpener, handler=handler, **opener_options(cache_dir, cache_size, storage_options)
-    )
+    options = opener_options(cache_dir, cache_size, storage_options, commands)
+    return Stage(ShardOpener, handler=handler, **options)

@@ -1,9 +1,31 @@
-"""``pipe:CMD`` shards: run CMD through the shell and read its standard output.
+"""``pipe:CMD`` shards: run CMD through the shell and read its standard output, where the
+program asked for it.
 
 The command runs in a process group of its own. Closing the stream before the end of the
 output ends the whole group and does not look at its status; closing it after the end waits
 for the command and raises :class:`~wdspipes.errors.CommandError` for a failure status. Exit
 status 141 (killed by SIGPIPE) is not a failure. No child outlives its stream as a zombie.
+
+Which commands run is a policy, ``commands`` (:data:`Commands`), given as an argument to the
+readers and writers, else read from the environment variable ``WDSPIPES_COMMANDS`` when a URL
+is opened (:func:`commands_policy`):
+
+- ``"program"`` (the default): a ``pipe:`` URL that the program gave runs, as in webdataset;
+  one that came from the data does not (the ``"url"`` of a ``{"url": ...}`` shard item, as
+  shard lists read from files give them).
+- ``"never"``: no ``pipe:`` URL runs, for reading or for writing (webdataset 1.0's
+  ``WDS_SECURE=1`` means this too).
+- ``"any"``: ``pipe:`` URLs from the data run too.
+
+A refused URL is a :class:`~wdspipes.errors.ShardOpenError` (also a ``ValueError``, as
+webdataset's refusal) that says how to allow it. A URL that names an existing file is that
+file, whatever its prefix (:func:`~wdspipes.io.local.reading_path`): it never runs.
+
+>>> check_command("pipe:cat a.tar", "never")
+Traceback (most recent call last):
+...
+wdspipes.errors.ShardOpenError: pipe:cat a.tar: refused: pipe: URLs run a shell command, and \
+commands='never' (or WDSPIPES_COMMANDS=never) runs none
 """
 
 from __future__ import annotations
@@ -13,11 +35,30 @@ import logging
 import os
 import signal
 import subprocess
+from typing import Literal, cast, get_args
 
-from wdspipes.errors import CommandError
+from wdspipes.errors import CommandError, ShardOpenError
 from wdspipes.io.local import BUFFER_SIZE, ClosingStream
+from wdspipes.redaction import redact
 
-__all__ = ["PipeStream", "describe_status", "end_group", "open_pipe"]
+__all__ = [
+    "COMMANDS_VARIABLE",
+    "Commands",
+    "PipeStream",
+    "check_command",
+    "commands_policy",
+    "describe_status",
+    "end_group",
+    "open_pipe",
+]
+
+Commands = Literal["program", "never", "any"]
+"""Which ``pipe:`` URLs run: those the program gave, none, or those from the data too."""
+
+COMMANDS_VARIABLE = "WDSPIPES_COMMANDS"
+"""The environment variable that sets :data:`Commands` where no argument does."""
+
+_WEBDATASET_VARIABLE = "WDS_SECURE"
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +114,7 @@ class PipeStream(ClosingStream):
             try:
                 self.close()
             except Exception:  # a finaliser must not raise; the stream was abandoned anyway
-                log.debug("closing abandoned %r failed", self.url, exc_info=True)
+                log.debug("closing abandoned %r failed", redact(self.url), exc_info=True)
 
 
 def end_group(process: subprocess.Popen[bytes], command: str) -> None:
@@ -88,7 +129,7 @@ def end_group(process: subprocess.Popen[bytes], command: str) -> None:
             process.wait(timeout=_TERMINATE_GRACE)
             return
         except subprocess.TimeoutExpired:
-            log.warning("command %r ignored %s", command, signal.Signals(sig).name)
+            log.warning("command %r ignored %s", redact(command), signal.Signals(sig).name)
     process.wait()
 
 
@@ -106,3 +147,55 @@ def describe_status(status: int) -> str:
 def open_pipe(url: str) -> PipeStream:
     """Start the command of a ``pipe:CMD`` URL and return its output stream."""
     return PipeStream(url[len("pipe:") :], url)
+
+
+def commands_policy(commands: Commands | None = None) -> Commands:
+    """The policy in force: ``commands`` if given; else ``WDSPIPES_COMMANDS``, read now (not
+    when wdspipes was imported); else ``"never"`` if webdataset's ``WDS_SECURE`` is set to a
+    number other than 0; else ``"program"``.
+
+    >>> commands_policy("any"), commands_policy()
+    ('any', 'program')
+
+    Raises:
+        ValueError: ``commands`` or the variable is none of the three.
+    """
+    if commands is None:
+        value = os.environ.get(COMMANDS_VARIABLE, "").strip()
+        if value:
+            return _checked(value, f"the environment variable {COMMANDS_VARIABLE}")
+        secure = os.environ.get(_WEBDATASET_VARIABLE, "").strip()
+        return "never" if secure not in ("", "0") else "program"
+    return _checked(commands, "commands")
+
+
+def _checked(value: str, what: str) -> Commands:
+    known = get_args(Commands)
+    if value not in known:
+        raise ValueError(f"{what} must be one of {', '.join(map(repr, known))}, got {value!r}")
+    return cast(Commands, value)
+
+
+def check_command(url: str, commands: Commands | None = None, from_data: bool = False) -> None:
+    """Raise unless the policy (:func:`commands_policy`) runs the ``pipe:`` URL ``url``, given
+    by the program or, with ``from_data``, found in the data.
+
+    Raises:
+        ShardOpenError: refused, saying how to allow it (also a ``ValueError``).
+        ValueError: an unknown policy.
+    """
+    policy = commands_policy(commands)
+    if policy == "never":
+        problem = (
+            "pipe: URLs run a shell command, and commands='never' (or "
+            f"{COMMANDS_VARIABLE}=never) runs none"
+        )
+    elif from_data and policy == "program":
+        problem = (
+            'this pipe: URL came from the data (the "url" of a shard item), and commands from '
+            "the data do not run unless allowed: commands='any' (or "
+            f"{COMMANDS_VARIABLE}=any) runs them, for data you trust"
+        )
+    else:
+        return
+    raise ShardOpenError.like(ValueError)(f"refused: {problem}", url=url)

@@ -35,8 +35,9 @@ import urllib3
 
 from wdspipes.errors import ShardError, ShardOpenError, TruncatedShardError
 from wdspipes.io import http
-from wdspipes.io.local import local_path, url_scheme
+from wdspipes.io.local import reading_path, url_scheme
 from wdspipes.io.stores import STORE_EXTRAS, fsspec_protocols
+from wdspipes.redaction import redact
 
 __all__ = ["RangeReader", "has_ranges", "open_ranges"]
 
@@ -83,7 +84,7 @@ def has_ranges(url: str) -> bool:
     """
     if url == "-":
         return False
-    if local_path(url) is not None:
+    if reading_path(url) is not None:
         return True
     scheme = url_scheme(url)
     return (
@@ -100,17 +101,17 @@ def open_ranges(url: str, storage_options: Mapping[str, Any] | None = None) -> R
         ShardOpenError: the URL has no ranges (``pipe:``, ``-``), its scheme is unknown, or
             (for a local file) it cannot be opened.
     """
-    path = local_path(url)
+    path = reading_path(url)
     if path is not None:
         return LocalRanges.open(path, url)
     scheme = url_scheme(url)
     if scheme in ("http", "https"):
-        return HttpRanges(url, url)
+        return HttpRanges(url, redact(url))
     if scheme == "ais":
         endpoint = os.environ.get("AIS_ENDPOINT", "").strip()
         if not endpoint:
             raise ShardOpenError("AIS_ENDPOINT is not set", url=url)
-        return HttpRanges(http.ais_to_http(url, endpoint), url)
+        return HttpRanges(http.ais_to_http(url, endpoint), redact(url))
     if has_ranges(url):
         return FsspecRanges(url, storage_options)
     raise ShardOpenError(

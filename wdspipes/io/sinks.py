@@ -11,7 +11,8 @@ exception aborts.
 Where the target allows it, what is written appears under its name only when ``close()``
 completes, and never in part (``ByteSink.atomic`` says which):
 
-- **Paths and** ``file:`` **URLs**: written to ``.NAME.partial-PID`` beside the name, then
+- **Paths and** ``file:`` **URLs**: written to ``.NAME.partial-XXXXXXXX`` beside the name
+  (eight random characters; created exclusively, never through a link planted there), then
   flushed, synced to disk (``fsync``) and renamed to the name
   (:class:`~wdspipes.io.atomic.AtomicFile`). ``abort()`` deletes the temporary file; a
   killed process leaves it, never a cut file under the name. A symbolic link is followed. A
@@ -22,7 +23,7 @@ completes, and never in part (``ByteSink.atomic`` says which):
   leaves no object; S3 keeps the parts of an unfinished multipart upload until a lifecycle
   rule removes them.
 - **Other fsspec filesystems** (``memory://``, ``sftp://``, ...): written to
-  ``.NAME.partial-PID`` beside the name and moved to it by ``close()`` with the filesystem's
+  ``.NAME.partial-XXXXXXXX`` beside the name and moved to it by ``close()`` with the filesystem's
   ``mv`` (a rename where it has one); ``abort()`` removes the temporary file.
 - ``pipe:COMMAND`` **and** ``-``: no atomicity. The command (or whoever reads standard output)
   gets the bytes as they are written. ``close()`` closes the command's input and waits for it:
@@ -39,8 +40,8 @@ A sink dropped without ``close()`` is aborted, with a ``ResourceWarning``.
 >>> directory = tempfile.mkdtemp()
 >>> with open_sink(os.path.join(directory, "a.bin")) as sink:
 ...     _ = sink.write(b"all of it")
-...     os.listdir(directory) == [f".a.bin.partial-{os.getpid()}"]
-True
+...     [name[:-8] for name in os.listdir(directory)]
+['.a.bin.partial-']
 >>> os.listdir(directory)
 ['a.bin']
 >>> with open_sink("pipe:cat > " + os.path.join(directory, "b.bin")) as sink:
@@ -69,9 +70,11 @@ from collections.abc import Mapping
 from typing import IO, Any
 
 from wdspipes.errors import CommandError, ShardOpenError, ShardWriteError, WdsError
+from wdspipes.io.atomic import AtomicFile, random_suffix
 from wdspipes.io.local import BUFFER_SIZE, ClosingStream, local_path, url_scheme
-from wdspipes.io.pipe import describe_status, end_group
+from wdspipes.io.pipe import Commands, check_command, describe_status, end_group
 from wdspipes.io.stores import _FILESYSTEMS, STORE_EXTRAS, fsspec_protocols
+from wdspipes.redaction import redact
 
 __all__ = ["OBJECT_STORES", "ByteSink", "ClosesOrAborts", "open_sink"]
 
@@ -118,7 +121,7 @@ class ByteSink(ClosesOrAborts):
             CommandError: a ``pipe:`` command stopped reading its input.
         """
         if self.closed:
-            raise ValueError(f"write to a closed sink ({self.url})")
+            raise ValueError(f"write to a closed sink ({redact(self.url)})")
         try:
             self._write(data)
         except WdsError:
@@ -176,7 +179,7 @@ class ByteSink(ClosesOrAborts):
         with contextlib.suppress(Exception):  # a finaliser must not raise
             self.abort()
             warnings.warn(
-                f"a sink for {self.url} was dropped without close(): aborted",
+                f"a sink for {redact(self.url)} was dropped without close(): aborted",
                 ResourceWarning,
                 stacklevel=1,
             )
@@ -186,7 +189,7 @@ class ByteSink(ClosesOrAborts):
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
-        return f"<{type(self).__name__} {self.url!r} {state}>"
+        return f"<{type(self).__name__} {redact(self.url)!r} {state}>"
 
     # What each target does.
     def _write(self, data: bytes) -> None:
@@ -203,7 +206,10 @@ class ByteSink(ClosesOrAborts):
 
 
 def open_sink(
-    url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+    url: str | os.PathLike[str],
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    commands: Commands | None = None,
 ) -> ByteSink:
     """Open ``url`` for writing (see the module): ``open_url(url, "wb")``.
 
@@ -212,11 +218,14 @@ def open_sink(
             ``pipe:COMMAND``, or a URL fsspec opens.
         storage_options: options for fsspec's filesystem (credentials, ``endpoint_url``, ...);
             other URLs ignore them.
+        commands: ``"never"`` refuses ``pipe:COMMAND``; None for ``WDSPIPES_COMMANDS`` (see
+            :mod:`wdspipes.io.pipe`). A URL to write to is the program's own: ``"program"``
+            and ``"any"`` run it.
 
     Raises:
-        ShardOpenError: an unknown or read-only scheme (also a ``ValueError``), a missing
-            directory or no permission (also the ``OSError`` open raised), a store package
-            not installed, a store refusing.
+        ShardOpenError: an unknown or read-only scheme (also a ``ValueError``), a command the
+            policy refuses (also a ``ValueError``), a missing directory or no permission (also
+            the ``OSError`` open raised), a store package not installed, a store refusing.
     """
     if isinstance(url, os.PathLike):
         return _open_file(os.fspath(url), os.fspath(url))
@@ -230,6 +239,7 @@ def open_sink(
     if scheme is None or scheme == "file":
         return _open_file(url, local_path(url) or url)
     if scheme == "pipe":
+        check_command(url, commands)
         return _PipeSink(url)
     if scheme in _NOT_WRITABLE:
         raise ShardOpenError.like(ValueError)(
@@ -252,9 +262,6 @@ class _FileSink(ByteSink):
     directly for a device or FIFO."""
 
     def __init__(self, url: str, path: str) -> None:
-        # imported here: wdspipes.write imports this module
-        from wdspipes.io.atomic import AtomicFile
-
         special = _special_file(path)
         super().__init__(url, atomic=not special)
         self._atomic: AtomicFile | None = None
@@ -421,7 +428,7 @@ class _MovedSink(ByteSink):
         parent, slash, name = path.rpartition("/")
         self._fs = fs
         self._path = path
-        self._temporary = f"{parent}{slash}.{name}.partial-{os.getpid()}"
+        self._temporary = f"{parent}{slash}.{name}.partial-{random_suffix()}"
         self._file = fs.open(self._temporary, "wb")
 
     def _write(self, data: bytes) -> None:

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from wdspipes.errors import ShardError, ShardOpenError
 from wdspipes.io.local import ClosingStream
+from wdspipes.redaction import redact
 
 __all__ = [
     "FIRST_BLOCK_SIZE",
@@ -158,7 +159,7 @@ class FsspecStream(ClosingStream):
 
     def _fetch(self, size: int) -> bytes:
         if self.closed:
-            raise ValueError(f"read of a closed shard stream ({self.url})")
+            raise ValueError(f"read of a closed shard stream ({redact(self.url)})")
         try:
             data = self._file.read(size)
         except Exception as exn:

@@ -15,8 +15,8 @@ from typing import Any, Literal, NamedTuple, Protocol, overload
 from wdspipes.errors import ShardError, ShardOpenError, WdsError
 from wdspipes.io.cache import CacheWriter
 from wdspipes.io.http import open_ais, open_http
-from wdspipes.io.local import open_file, open_stdin, url_scheme
-from wdspipes.io.pipe import open_pipe
+from wdspipes.io.local import open_file, open_stdin, reading_path, url_scheme
+from wdspipes.io.pipe import Commands, check_command, open_pipe
 from wdspipes.io.sinks import ByteSink, open_sink
 from wdspipes.io.stores import STORE_EXTRAS, fsspec_protocols, open_fsspec
 
@@ -25,6 +25,7 @@ __all__ = [
     "ByteStream",
     "RawShard",
     "ShardStream",
+    "check_url",
     "close_quietly",
     "discard",
     "open_url",
@@ -97,7 +98,12 @@ SCHEMES: dict[str, Callable[[str], ByteStream]] = {
 
 @overload
 def open_url(
-    url: str, mode: Literal["rb"] = "rb", *, storage_options: Mapping[str, Any] | None = None
+    url: str,
+    mode: Literal["rb"] = "rb",
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    commands: Commands | None = None,
+    from_data: bool = False,
 ) -> ByteStream: ...
 
 
@@ -107,6 +113,8 @@ def open_url(
     mode: Literal["wb"],
     *,
     storage_options: Mapping[str, Any] | None = None,
+    commands: Commands | None = None,
+    from_data: bool = False,
 ) -> ByteSink: ...
 
 
@@ -115,10 +123,14 @@ def open_url(
     mode: Literal["rb", "wb"] = "rb",
     *,
     storage_options: Mapping[str, Any] | None = None,
+    commands: Commands | None = None,
+    from_data: bool = False,
 ) -> ByteStream | ByteSink:
     """Open a shard URL: a local path, ``file:`` URL, ``-`` (stdin), ``pipe:CMD``, a URL of
     another scheme in :data:`SCHEMES`, or else a URL that fsspec opens (``s3://``, ``gs://``,
-    ``az://``, ``hf://``, ...; see :mod:`wdspipes.io.stores`).
+    ``az://``, ``hf://``, ...; see :mod:`wdspipes.io.stores`). A URL that names an existing
+    file is read as that file, whatever its prefix
+    (:func:`~wdspipes.io.local.reading_path`).
 
     With ``mode="wb"``, open it for writing instead, as webdataset's ``gopen(url, "wb")``
     does: the same URLs, ``-`` being standard output and ``pipe:CMD`` the command's standard
@@ -136,11 +148,16 @@ def open_url(
         mode: ``"rb"`` to read, ``"wb"`` to write.
         storage_options: options for fsspec's filesystem (credentials, ``endpoint_url``, ...);
             URLs that fsspec does not open ignore them.
+        commands: which ``pipe:`` URLs run (see :mod:`wdspipes.io.pipe`): ``"program"``,
+            ``"never"`` or ``"any"``; None for ``WDSPIPES_COMMANDS``, else ``"program"``.
+        from_data: the URL came from the data (a shard item's ``"url"``), not the program:
+            a ``pipe:`` URL then runs only with ``commands="any"``.
 
     Raises:
         ShardOpenError: the URL is not a string, its scheme is unknown, the package that reads
-            it is not installed, or opening failed. An ``OSError`` (a ``FileNotFoundError``
-            for a missing file, ...), for an unknown scheme also a ``ValueError``.
+            it is not installed, the policy refuses its command, or opening failed. An
+            ``OSError`` (a ``FileNotFoundError`` for a missing file, ...), for an unknown
+            scheme or a refused command also a ``ValueError``.
         ValueError: a mode other than ``"rb"`` and ``"wb"``.
 
     >>> open_url("gopher://example/a.tar")  # doctest: +ELLIPSIS
@@ -150,16 +167,18 @@ def open_url(
 supported: ...file:, ...pipe:, ...'-' for stdin, plain paths, and the schemes fsspec knows ...
     """
     if mode == "wb":
-        return open_sink(url, storage_options)
+        return open_sink(url, storage_options, commands=commands)
     if mode != "rb":
         raise ValueError(f"mode must be 'rb' or 'wb', got {mode!r}")
     if not isinstance(url, str):
         raise ShardOpenError(f"a shard URL must be a string, got {type(url).__name__}: {url!r}")
     if url == "-":
         return open_stdin(url)
-    scheme = url_scheme(url)
-    if scheme is None:
+    if reading_path(url) is not None:
         return open_file(url)
+    scheme = url_scheme(url) or ""  # a plain path is a reading path
+    if scheme == "pipe":
+        check_command(url, commands, from_data)
     opener = SCHEMES.get(scheme)
     if opener is None:
         if scheme in STORE_EXTRAS or scheme in fsspec_protocols():
@@ -176,6 +195,15 @@ supported: ...file:, ...pipe:, ...'-' for stdin, plain paths, and the schemes fs
         raise
     except OSError as exn:
         raise ShardOpenError.like(exn)(f"cannot open: {exn}", url=url) from exn
+
+
+def check_url(url: str, commands: Commands | None = None, from_data: bool = False) -> None:
+    """Raise what :func:`open_url` would raise for a ``pipe:`` URL that the policy refuses
+    (see :func:`~wdspipes.io.pipe.check_command`); nothing for any other URL, nor for a URL
+    that names an existing file. For those who open a URL some other way (from a cache).
+    """
+    if url_scheme(url) == "pipe" and reading_path(url) is None:
+        check_command(url, commands, from_data)
 
 
 def close_quietly(stream: ByteStream) -> None:

@@ -253,7 +253,7 @@ def group_by_keys(handler: Handler = reraise_exception) -> Stage:
     return Stage(SampleGrouper, handler=handler)
 
 
-def _quiet_walk(stream: ByteStream, url: str, start: int, options: dict[str, bool]) -> Any:
+def _quiet_walk(stream: ByteStream, url: str, start: int, options: dict[str, Any]) -> Any:
     """The members of a shard from ``start``, read again to restore samples delivered before:
     a missing end-of-archive marker was reported then, and is not again."""
     return TarWalk(stream, url, start, unmarked_end=_already_reported, **options).members()

@@ -12,8 +12,9 @@ URL (or the ``base`` given), joined and normalised as paths are, so ``train-0000
 ``s3://bucket/data/train.json`` is ``s3://bucket/data/train-000000.tar``; an absolute path or
 a URL with a scheme stays as it is. Two differences: a ``"base"`` key in the index (which
 ``widsindex create --base`` writes) is used, where wids 0.1.11 ignores it at the top level, and
-a ``pipe:`` URL read from an index file is refused unless ``allow_commands=True``: an index is
-data, and data does not run commands. Sub-datasets (``"datasets": [{"source_url": ...}]`` or
+a ``pipe:`` URL of an index (a file, or a list of dicts) is refused unless
+``commands="any"``: an index is data, and data does not run commands (see
+:mod:`wdspipes.io.pipe`). Sub-datasets (``"datasets": [{"source_url": ...}]`` or
 ``[{"shardlist": [...]}]``) are followed one level deep, as wids follows them; the URLs of an
 inline sub-dataset without a ``"base"`` resolve against the index's base (wids leaves them as
 they are, relative to the working directory), and their samples carry the sub-dataset's name
@@ -37,9 +38,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse, urlunparse
 
-from wdspipes.errors import ShardIndexError
-from wdspipes.io.local import url_scheme
+from wdspipes.errors import ShardIndexError, ShardOpenError
+from wdspipes.io.local import reading_path, url_scheme
+from wdspipes.io.pipe import Commands, check_command
 from wdspipes.io.urls import open_url
+from wdspipes.redaction import redact
 
 BLOCK = 512  # bytes of a tar header
 
@@ -116,7 +119,7 @@ def load_index(
     *,
     base: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
-    allow_commands: bool = False,
+    commands: Commands | None = None,
 ) -> list[ShardEntry]:
     """The shards of an index, their URLs resolved (see the module).
 
@@ -126,8 +129,9 @@ def load_index(
         base: resolve relative URLs against this instead of the index file's directory (for
             a list: against this if given, else not at all).
         storage_options: for opening an index file in an object store.
-        allow_commands: let ``pipe:`` URLs read from an index file run their commands (a
-            list given by the program may hold them anyway).
+        commands: which ``pipe:`` URLs of the index run (see :mod:`wdspipes.io.pipe`): an
+            index, file or list of dicts, is data, so by default none does; ``"any"`` lets
+            them run, for an index you trust.
 
     Raises:
         ShardIndexError: the index is not JSON, too large, not a wids index, or an entry is
@@ -137,9 +141,9 @@ def load_index(
     if isinstance(index, str | os.PathLike):
         source = os.fspath(index)
         description = _read_json(source, storage_options)
-        return _resolve(description, source, base, storage_options, allow_commands)
+        return _resolve(description, source, base, storage_options, commands)
     if isinstance(index, Sequence) and not isinstance(index, bytes):
-        entries = _entries(index, None, base, allow_commands=True)
+        entries = _entries(index, None, base, commands)
         if not entries:
             raise ShardIndexError("the shard list names no shards")
         return entries
@@ -169,7 +173,7 @@ def _resolve(
     source: str,
     base: str | None,
     storage_options: Mapping[str, Any] | None,
-    allow_commands: bool,
+    commands: Commands | None,
 ) -> list[ShardEntry]:
     """The entries of a wids dataset description read from ``source``."""
     if not isinstance(description, dict):
@@ -182,12 +186,12 @@ def _resolve(
     if base is None:
         base = _base_of(description, url_directory(source), source)
     shards = description.get("shardlist", [])
-    entries = _entries(shards, source, base, allow_commands)
+    entries = _entries(shards, source, base, commands)
     datasets = description.get("datasets", [])
     if not isinstance(datasets, list):
         raise ShardIndexError("'datasets' is not a list", url=source)
     for number, component in enumerate(datasets):
-        entries.extend(_component(component, number, source, base, storage_options, allow_commands))
+        entries.extend(_component(component, number, source, base, storage_options, commands))
     if not entries:
         raise ShardIndexError("the index names no shards", url=source)
     return entries
@@ -209,7 +213,7 @@ def _component(
     source: str,
     base: str,
     storage_options: Mapping[str, Any] | None,
-    allow_commands: bool,
+    commands: Commands | None,
 ) -> list[ShardEntry]:
     """The entries of sub-dataset ``number``: inline, or read from its ``source_url``."""
     if not isinstance(component, dict):
@@ -219,7 +223,7 @@ def _component(
         url = component["source_url"]
         if not isinstance(url, str):
             raise ShardIndexError(f"dataset {number}: 'source_url' is not a string", url=source)
-        url = _checked_url(merge_url(base, url), source, f"dataset {number}", allow_commands)
+        url = _checked_url(merge_url(base, url), source, f"dataset {number}", commands)
         component = _read_json(url, storage_options)
         if not isinstance(component, dict) or "source_url" in component:
             raise ShardIndexError("a sub-dataset that is not an index of shards", url=url)
@@ -230,13 +234,13 @@ def _component(
         sub_base = _base_of(component, base, source)
     if "shardlist" not in component:
         raise ShardIndexError(f"dataset {number} has no 'shardlist'", url=source)
-    entries = _entries(component["shardlist"], source, sub_base, allow_commands)
+    entries = _entries(component["shardlist"], source, sub_base, commands)
     dataset = name if isinstance(name, str) else None
     return [ShardEntry(e.url, e.samples, e.size, e.dataset or dataset) for e in entries]
 
 
 def _entries(
-    shards: Any, source: str | None, base: str | None, allow_commands: bool
+    shards: Any, source: str | None, base: str | None, commands: Commands | None
 ) -> list[ShardEntry]:
     """The entries of a ``shardlist`` read from ``source`` (None: given by the program): each
     a dict with a string ``url`` and an integer ``nsamples`` >= 0 (and optionally
@@ -262,8 +266,7 @@ def _entries(
         dataset = shard.get("dataset")
         if base and url_scheme(url) != "pipe":  # a command is not a path
             url = merge_url(base, url)
-        if source is not None:
-            url = _checked_url(url, source, what, allow_commands)
+        url = _checked_url(url, source, what, commands)
         entries.append(
             ShardEntry(url, samples, size, dataset if isinstance(dataset, str) else None)
         )
@@ -276,12 +279,16 @@ def _count(value: Any, what: str, source: str | None) -> int:
     return value
 
 
-def _checked_url(url: str, source: str, what: str, allow_commands: bool) -> str:
-    """Refuse a ``pipe:`` URL read from an index file, unless commands are allowed."""
-    if url_scheme(url) == "pipe" and not allow_commands:
-        raise ShardIndexError(
-            f"{what}: the index names the command URL {url!r}; an index is data and does not "
-            "run commands: pass allow_commands=True if you trust it",
-            url=source,
-        )
+def _checked_url(url: str, source: str | None, what: str, commands: Commands | None) -> str:
+    """Refuse a ``pipe:`` URL read from an index (data), unless the policy runs commands
+    from the data (see :func:`~wdspipes.io.pipe.check_command`)."""
+    if url_scheme(url) == "pipe" and reading_path(url) is None:
+        try:
+            check_command(url, commands, from_data=True)
+        except ShardOpenError as refusal:
+            raise ShardIndexError(
+                f"{what}: the index names the command URL {redact(url)!r}, and an index is "
+                f"data: {str(refusal).partition(': refused: ')[2]}",
+                url=source,
+            ) from None
     return url

@@ -50,7 +50,8 @@ from wdspipes.errors import (
     WdsError,
 )
 from wdspipes.io.cache import DEFAULT_CACHE_SIZE, CacheDir, CacheWriter, ShardCache, sidecar_of
-from wdspipes.io.local import local_path
+from wdspipes.io.local import reading_path
+from wdspipes.io.pipe import Commands
 from wdspipes.io.ranges import LocalRanges, RangeReader, has_ranges, open_ranges
 from wdspipes.io.urls import ByteStream, close_quietly, open_url
 from wdspipes.read.index_file import Index, ShardEntry, load_index
@@ -91,7 +92,8 @@ class IndexedShards:
         sidecars: read and write the offsets' sidecar files (else offsets stay in memory).
         ignore_zeros: read on past zero blocks, as ``load_tar(ignore_zeros=True)``.
         storage_options: options for fsspec's stores (credentials, endpoint).
-        allow_commands: let ``pipe:`` URLs read from an index file run.
+        commands: which ``pipe:`` URLs of the index run (an index is data: by default none;
+            ``"any"`` for an index you trust; see :mod:`wdspipes.io.pipe`).
 
     Raises:
         ShardIndexError: the index cannot be used.
@@ -110,12 +112,12 @@ class IndexedShards:
         sidecars: bool = True,
         ignore_zeros: bool = False,
         storage_options: Mapping[str, Any] | None = None,
-        allow_commands: bool = False,
+        commands: Commands | None = None,
     ) -> None:
         if type(lru_size) is not int or lru_size < 1:
             raise ValueError(f"lru_size must be an integer >= 1, got {lru_size!r}")
         self.entries = load_index(
-            index, base=base, storage_options=storage_options, allow_commands=allow_commands
+            index, base=base, storage_options=storage_options, commands=commands
         )
         self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_size)
         self.lru_size = lru_size
@@ -123,12 +125,20 @@ class IndexedShards:
         self.sidecars = sidecars
         self.ignore_zeros = ignore_zeros
         self.storage_options = storage_options
+        self.commands = commands
         self.ends: list[int] = []
         total = 0
         for entry in self.entries:
             total += entry.samples
             self.ends.append(total)
         self._setup()
+
+    def _open_url(self, url: str) -> ByteStream:
+        """``url`` opened to read, with the store's options; a ``pipe:`` URL of the index
+        runs only as :attr:`commands` allows commands from the data."""
+        return open_url(
+            url, storage_options=self.storage_options, commands=self.commands, from_data=True
+        )
 
     def _setup(self) -> None:
         self._open: OrderedDict[int, _Shard] = OrderedDict()
@@ -216,7 +226,7 @@ class IndexedShards:
         is tried again at the next read); one that is damaged or does not match its entry
         gives a reader that says so for the samples it cannot serve."""
         entry = self.entries[number]
-        if local_path(entry.url) is not None:
+        if reading_path(entry.url) is not None:
             return self._local(entry, number)
         if self.ranged:
             return self._ranged(entry, number)
@@ -225,7 +235,7 @@ class IndexedShards:
     # --- local shards ----------------------------------------------------------------------
 
     def _local(self, entry: ShardEntry, number: int) -> _Shard:
-        path = local_path(entry.url) or entry.url
+        path = reading_path(entry.url) or entry.url
         file = LocalRanges.open(path, entry.url)
         fd = file.fd
         assert fd is not None  # open
@@ -310,7 +320,7 @@ class IndexedShards:
     def _fetch(self, entry: ShardEntry, cache: ShardCache) -> ShardOffsets | None:
         """Fetch the shard into the cache, walking it for its offsets on the way; None if
         another reader began fetching it first."""
-        opener = _Opener(self.storage_options)
+        opener = self._open_url
         stream = cache.open(entry.url, opener)
         if not isinstance(stream, CacheWriter):
             close_quietly(stream)
@@ -374,7 +384,7 @@ class IndexedShards:
                 return offsets
         offsets = self._remote_sidecar(entry, size) if self.sidecars else None
         if offsets is None:
-            stream = open_url(entry.url, storage_options=self.storage_options)
+            stream = self._open_url(entry.url)
             counted = _Counted(stream)
             try:
                 offsets = scan_offsets(counted, entry.url, size=-1, ignore_zeros=self.ignore_zeros)
@@ -391,7 +401,7 @@ class IndexedShards:
         url = entry.url + SIDECAR_SUFFIX
         limit = sidecar_limit(size)
         try:
-            stream = open_url(url, storage_options=self.storage_options)
+            stream = self._open_url(url)
         except WdsError:
             return None
         try:
@@ -528,16 +538,6 @@ def _all_damaged(entry: ShardEntry, offsets: ShardOffsets) -> WdsError:
     )
     error.__cause__ = damage
     return error
-
-
-class _Opener:
-    """``open_url`` with the store's options: what the cache opens a URL with."""
-
-    def __init__(self, storage_options: Mapping[str, Any] | None) -> None:
-        self.storage_options = storage_options
-
-    def __call__(self, url: str) -> ByteStream:
-        return open_url(url, storage_options=self.storage_options)
 
 
 class _Counted:

@@ -15,6 +15,7 @@ from typing import Any
 from torch.utils.data import IterDataPipe, MapDataPipe
 
 from wdspipes.io.cache import DEFAULT_CACHE_SIZE, CacheDir
+from wdspipes.io.pipe import Commands
 from wdspipes.read.index_file import Index
 from wdspipes.read.indexed import IndexedShards
 
@@ -55,7 +56,8 @@ class ShardListDataset(MapDataPipe[Sample]):
         sidecars: read and write the offsets' sidecar files (``NAME.wdsidx``).
         ignore_zeros: read on past zero blocks (archives joined with ``cat``).
         storage_options: options for fsspec's stores (credentials, endpoint).
-        allow_commands: let ``pipe:`` URLs read from an index file run their commands.
+        commands: which ``pipe:`` URLs of the index run (an index is data: by default none;
+            ``"any"`` for an index you trust; see :mod:`wdspipes.io.pipe`).
 
     Raises:
         ShardIndexError: the index cannot be used (not JSON, a malformed entry, ...).
@@ -97,7 +99,7 @@ class ShardListDataset(MapDataPipe[Sample]):
         sidecars: bool = True,
         ignore_zeros: bool = False,
         storage_options: Mapping[str, Any] | None = None,
-        allow_commands: bool = False,
+        commands: Commands | None = None,
     ) -> None:
         self.shards = IndexedShards(
             index,
@@ -109,7 +111,7 @@ class ShardListDataset(MapDataPipe[Sample]):
             sidecars=sidecars,
             ignore_zeros=ignore_zeros,
             storage_options=storage_options,
-            allow_commands=allow_commands,
+            commands=commands,
         )
         if decode is not None and not callable(decode):
             raise TypeError(f"decode must be a function of a sample, such as a Decoder: {decode!r}")

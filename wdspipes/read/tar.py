@@ -6,6 +6,7 @@ by :mod:`wdspipes.read.walk`.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from torch.utils.data import IterDataPipe
 
@@ -19,7 +20,14 @@ from wdspipes.errors import (
 from wdspipes.io.opener import OpenedShard
 from wdspipes.io.urls import ByteStream
 from wdspipes.read.positions import ShardCursor, read_shards
-from wdspipes.read.walk import Member, TarMember, TarWalk, warn_unmarked
+from wdspipes.read.walk import (
+    MAX_MEMBER_SIZE,
+    Member,
+    TarMember,
+    TarWalk,
+    check_member_size,
+    warn_unmarked,
+)
 
 __all__ = ["TarLoader", "tar_file_expander"]
 
@@ -46,12 +54,18 @@ class TarLoader(StageDataPipe[TarMember]):
         strict_end: a shard ending after a member without the end-of-archive marker is a
             :class:`~wdspipes.errors.TruncatedShardError` (through ``handler``); by default
             its members are read and a :class:`~wdspipes.errors.NoEndMarkerWarning` names it.
+        max_member_size: the most bytes a member may declare; more is a
+            :class:`~wdspipes.errors.MemberTooLargeError` (through ``handler``) before it is
+            read. A member read takes about its size in memory. Default 4 GiB
+            (:data:`~wdspipes.read.walk.MAX_MEMBER_SIZE`).
 
     Yields:
         :class:`TarMember` ``(name, data, offset, url)`` for each regular file.
 
     Raises:
-        ShardError: through ``handler``, for a truncated, corrupt or unreadable shard.
+        ShardError: through ``handler``, for a truncated, corrupt or unreadable shard, or one
+            with a member over ``max_member_size``.
+        ValueError: ``max_member_size`` is not an int of at least 1.
 
     >>> import io, tarfile
     >>> from torch.utils.data.datapipes.iter import IterableWrapper
@@ -73,12 +87,14 @@ class TarLoader(StageDataPipe[TarMember]):
         *,
         ignore_zeros: bool = False,
         strict_end: bool = False,
+        max_member_size: int = MAX_MEMBER_SIZE,
     ) -> None:
         super().__init__()
         self.source_datapipe = source_datapipe
         self.handler = handler
         self.ignore_zeros = ignore_zeros
         self.strict_end = strict_end
+        self.max_member_size = check_member_size(max_member_size)
         self.unmarked_end: Callable[[str], None] = warn_unmarked
         """Told when the shard ends after a member without the end-of-archive marker (not
         ``strict_end``): warns by default; a reader grouping samples judges the last one."""
@@ -87,10 +103,15 @@ class TarLoader(StageDataPipe[TarMember]):
         for member in self.iter_members():
             yield TarMember._make(member)
 
-    def walk_options(self) -> dict[str, bool]:
-        """How each shard is walked: the ``ignore_zeros`` and ``strict_end`` options (the
-        reader after it reads parts of shards again with them when resuming)."""
-        return {"ignore_zeros": self.ignore_zeros, "strict_end": self.strict_end}
+    def walk_options(self) -> dict[str, Any]:
+        """How each shard is walked: the ``ignore_zeros``, ``strict_end`` and
+        ``max_member_size`` options (the reader after it reads parts of shards again with them
+        when resuming)."""
+        return {
+            "ignore_zeros": self.ignore_zeros,
+            "strict_end": self.strict_end,
+            "max_member_size": self.max_member_size,
+        }
 
     def replay_state(self) -> None:
         """Nothing: the reader after it, ``group_samples``, keeps the place of each sample and
@@ -140,7 +161,14 @@ FAILED: Member = ("", b"", -1, "")
 
 @stage_factory
 def tar_file_expander(
-    handler: Handler = reraise_exception, *, ignore_zeros: bool = False, strict_end: bool = False
+    handler: Handler = reraise_exception,
+    *,
+    ignore_zeros: bool = False,
+    strict_end: bool = False,
+    max_member_size: int = MAX_MEMBER_SIZE,
 ) -> Stage:
     """The tar loader stage for ``DataPipeline(...)``: ``load_tar(handler=handler)``."""
-    return Stage(TarLoader, handler=handler, ignore_zeros=ignore_zeros, strict_end=strict_end)
+    options: dict[str, Any] = {"ignore_zeros": ignore_zeros, "strict_end": strict_end}
+    if max_member_size != MAX_MEMBER_SIZE:
+        options["max_member_size"] = max_member_size
+    return Stage(TarLoader, handler=handler, **options)

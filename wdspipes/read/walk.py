@@ -22,7 +22,15 @@ never dropped silently; with ``ignore_zeros=True`` the walk reads on past zero b
 tar's ``--ignore-zeros`` does, and so reads joined archives whole.
 
 Member names are decoded as UTF-8 (undecodable bytes kept as surrogate escapes), as
-``tarfile`` does.
+``tarfile`` does. A regular file whose name comes out empty (a header or a GNU long-name record
+zeroed by damage) is a :class:`~wdspipes.errors.TarFormatError`, as bsdtar refuses it, never
+skipped in silence.
+
+Memory stays bounded whatever the headers declare: a member declaring more than
+``max_member_size`` bytes (:data:`MAX_MEMBER_SIZE` by default) is a
+:class:`~wdspipes.errors.MemberTooLargeError` before any of it is read, and so is an extension
+header (GNU long name, PAX records) over :data:`MAX_EXTENSION_SIZE`. A member is read into one
+buffer of its size, filled in place (never parts joined), so reading it takes about its size.
 
 >>> import io, tarfile
 >>> buf = io.BytesIO()
@@ -44,6 +52,7 @@ from typing import NamedTuple
 
 from wdspipes.errors import (
     DataAfterEndError,
+    MemberTooLargeError,
     NoEndMarkerWarning,
     ShardError,
     TarFormatError,
@@ -53,9 +62,12 @@ from wdspipes.errors import (
 from wdspipes.io.local import BUFFER_SIZE
 from wdspipes.io.urls import ByteStream, discard
 from wdspipes.read.compression import CorruptDataError, Inflated, inflate
+from wdspipes.redaction import redact
 
 __all__ = [
     "BLOCK",
+    "MAX_EXTENSION_SIZE",
+    "MAX_MEMBER_SIZE",
     "Member",
     "TarMember",
     "TarWalk",
@@ -69,7 +81,16 @@ __all__ = [
 BLOCK = 512
 _ZERO_BLOCK = bytes(BLOCK)
 _TAIL_CHUNK = 1 << 16
-_ONE_READ = 1 << 26  # larger members are read in parts of this size
+_ONE_READ = 1 << 26  # larger members are read in parts of this size, into one buffer
+
+MAX_MEMBER_SIZE = 4 << 30
+"""The most bytes a member may declare by default (4 GiB): more is a
+:class:`~wdspipes.errors.MemberTooLargeError` before anything is read (a forged header, or a
+limit to raise with ``max_member_size``). Reading a member takes about its size in memory."""
+
+MAX_EXTENSION_SIZE = 1 << 20
+"""The most bytes of a GNU long-name or long-link record or of PAX records (1 MiB): a path is
+at most a few KiB."""
 _SLICE_LIMIT = 1 << 16
 _TERMINATORS = frozenset(b"\0 ")
 
@@ -124,6 +145,7 @@ def iter_tar(
     ignore_zeros: bool = False,
     strict_end: bool = False,
     unmarked_end: Callable[[str], None] = warn_unmarked,
+    max_member_size: int = MAX_MEMBER_SIZE,
 ) -> Iterator[TarMember]:
     """Yield the regular files of the tar archive in ``stream`` (named ``url`` in errors).
 
@@ -141,6 +163,7 @@ def iter_tar(
             :class:`~wdspipes.errors.TruncatedShardError`, not a warning.
         unmarked_end: called with the problem, instead of the warning, when the shard ends
             after a member without the end-of-archive marker.
+        max_member_size: the most bytes a member may declare (:data:`MAX_MEMBER_SIZE`).
 
     Warns:
         NoEndMarkerWarning: the shard ends after a member without the end-of-archive marker;
@@ -149,13 +172,17 @@ def iter_tar(
     Raises:
         TruncatedShardError: the archive ends early, inside a header or a member's data.
         DataAfterEndError: bytes other than zeros follow the end-of-archive marker.
-        TarFormatError: a header is corrupt, or a member is of an unsupported kind (sparse).
+        TarFormatError: a header is corrupt, a member is of an unsupported kind (sparse) or
+            its name is empty.
+        MemberTooLargeError: a member declares more than ``max_member_size`` bytes, or an
+            extension header more than :data:`MAX_EXTENSION_SIZE`.
         ShardError: reading the stream failed.
     """
-    members = iter_tar_tuples(
-        stream, url, ignore_zeros=ignore_zeros, strict_end=strict_end, unmarked_end=unmarked_end
+    options = {"ignore_zeros": ignore_zeros, "strict_end": strict_end}
+    walk = TarWalk(
+        stream, url, unmarked_end=unmarked_end, max_member_size=max_member_size, **options
     )
-    for member in members:
+    for member in walk.members():
         yield TarMember._make(member)
 
 
@@ -166,10 +193,14 @@ def iter_tar_tuples(
     ignore_zeros: bool = False,
     strict_end: bool = False,
     unmarked_end: Callable[[str], None] = warn_unmarked,
+    max_member_size: int = MAX_MEMBER_SIZE,
 ) -> Iterator[Member]:
     """:func:`iter_tar` yielding plain ``(name, data, offset, url)`` tuples: the fast path."""
     options = {"ignore_zeros": ignore_zeros, "strict_end": strict_end}
-    return TarWalk(stream, url, unmarked_end=unmarked_end, **options).members()
+    walk = TarWalk(
+        stream, url, unmarked_end=unmarked_end, max_member_size=max_member_size, **options
+    )
+    return walk.members()
 
 
 class TarWalk:
@@ -184,9 +215,11 @@ class TarWalk:
         ignore_zeros: bool = False,
         strict_end: bool = False,
         unmarked_end: Callable[[str], None] = warn_unmarked,
+        max_member_size: int = MAX_MEMBER_SIZE,
     ) -> None:
         self.stream = stream
-        self.url = url
+        self.url = redact(url)  # as errors, warnings and the members show it
+        self.max_member_size = check_member_size(max_member_size)
         self.start = start  # where the walk begins: a member's first header (see skip)
         self.ignore_zeros = ignore_zeros
         self.strict_end = strict_end
@@ -211,6 +244,8 @@ class TarWalk:
         url = self.url
         adler32 = zlib.adler32
         checksums = _CHECKSUMS
+        most = self.max_member_size
+        small = min(_SLICE_LIMIT, most + 1)  # larger members have their size checked
         try:
             read, header = _open_payload(self.stream, self)
             if self.start:
@@ -231,11 +266,16 @@ class TarWalk:
                     size = -1
                 if size < 0:
                     size = self._size(header)
-                if kind in _PLAIN and not (header[345] or self.pending or self.global_pax):
+                # A name field beginning with NUL (an empty name) goes the slow way, to fail.
+                if (
+                    kind in _PLAIN
+                    and header[0]
+                    and not (header[345] or self.pending or self.global_pax)
+                ):
                     name = header[:100].partition(b"\0")[0].decode("utf-8", "surrogateescape")
                     offset = self.offset
                     end = size + (-size % BLOCK)
-                    if size < _SLICE_LIMIT:
+                    if size < small:
                         # One read for the data, its padding and the next header (a whole
                         # archive always has at least the end marker after a member).
                         chunk = read(end + BLOCK)
@@ -245,9 +285,11 @@ class TarWalk:
                             chunk = self._rest_of_chunk(read, chunk, name, size, end)
                         data, header = chunk[:size], chunk[end:]
                     else:  # large: the data into a bytes object of its own, without a copy
+                        if size > most:
+                            raise self._too_large(name, size, "member", most, "max_member_size")
                         data = read(size) if size <= _ONE_READ else _read_exact(read, size)
-                        after = read(end - size + BLOCK)
-                        if len(data) == size and len(after) == end - size + BLOCK:
+                        after = read(end - size + BLOCK) if len(data) == size else b""
+                        if len(after) == end - size + BLOCK:
                             self.offset = offset + BLOCK + end
                         else:
                             data, after = self._rest_of_large(read, name, size, end, data, after)
@@ -294,15 +336,13 @@ class TarWalk:
     def _rest_of_large(
         self, read: Read, name: str, size: int, end: int, data: bytes, after: bytes
     ) -> tuple[bytes, bytes]:
-        """Complete short reads of a large member's data and of the padding and header after
-        it; raise if the data is cut."""
-        if len(data) < size:
-            data = _read_exact(read, size, data + after)
-            after = data[size:]
-            data = data[:size]
+        """Complete short reads of a large member's data (into the same buffer) and of the
+        padding and header after it (``after``, not read yet if the data was short); raise if
+        the data is cut."""
+        data = _read_exact(read, size, data)
         if len(data) < size:
             raise self._data_cut(name, len(data), size)
-        after = _read_exact(read, end - size + BLOCK, after)
+        after = _read_exact(read, end - size + BLOCK, after or None)
         self.offset += BLOCK + min(end, size + len(after))
         return data, after
 
@@ -383,6 +423,15 @@ class TarWalk:
         if kind == 0 and name.endswith("/"):  # an old-style directory
             self.offset += BLOCK
             return None
+        if not name:
+            self.offset = offset
+            raise self.corrupt(
+                "a regular file with an empty name (a header or a GNU long-name record zeroed "
+                "by damage?)"
+            )
+        if size > self.max_member_size:
+            self.offset = offset
+            raise self._too_large(name, size, "member", self.max_member_size, "max_member_size")
         self.member = name
         return name, self._read_data(read, size), offset, self.url
 
@@ -462,6 +511,10 @@ class TarWalk:
             return
         if kind == _SPARSE:
             raise self.corrupt("sparse members are not supported")
+        if size > MAX_EXTENSION_SIZE:
+            self.offset -= BLOCK
+            what = f"extension header (type {bytes([kind])!r})"
+            raise self._too_large(None, size, what, MAX_EXTENSION_SIZE, "MAX_EXTENSION_SIZE")
         data = _read_exact(read, size + (-size % BLOCK))
         if len(data) < size:
             raise self.truncated(f"extension header data ends after {len(data)} of {size} bytes")
@@ -469,6 +522,9 @@ class TarWalk:
         data = data[:size]
         if kind == _LONG_NAME:
             name = data.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
+            if not name:
+                self.offset = self.entry_offset
+                raise self.corrupt("a GNU long-name record holds an empty name (zeroed by damage?)")
             self.pending.append({"path": name})
         elif kind == _LONG_LINK:
             self.pending.append({})
@@ -522,6 +578,23 @@ class TarWalk:
             "without the end-of-archive marker (a writer never closed, or a cut at a member's "
             "end)"
         )
+
+    def _too_large(
+        self, name: str | None, size: int, what: str, most: int, setting: str
+    ) -> MemberTooLargeError:
+        """The error for an entry at the current offset declaring ``size`` bytes, over
+        ``most``."""
+        if name is not None:
+            self.member = name
+        problem = (
+            f"the {what} declares {size:,} bytes, over the limit of {most:,} ({setting}): a "
+            "damaged or forged header, or a limit to raise"
+        )
+        if name is None:
+            return MemberTooLargeError(
+                self._after_member(problem), url=self.url, offset=self.offset
+            )
+        return MemberTooLargeError(problem, url=self.url, member=name, offset=self.offset)
 
     def truncated(self, problem: str, in_member: bool = False) -> TruncatedShardError:
         """An error for a shard ending early at the current offset: inside the current member
@@ -646,23 +719,35 @@ def plain_members(chunk: bytes) -> list[tuple[str, bytes]] | None:
 def _read_exact(read: Read, size: int, data: bytes | None = None) -> bytes:
     """``read(size)``, continued after a short read until ``size`` bytes or the end.
 
-    ``data`` is what a first ``read(size)`` already returned, if it was called. Reads of over
-    :data:`_ONE_READ` bytes go in parts, so that a size forged in a damaged header allocates
-    no more than the data there is.
+    ``data`` is what a first ``read(size)`` already returned, if it was called. The rest goes
+    into one buffer that grows in place as the bytes come, never parts joined (which would
+    hold the data twice), in reads of at most :data:`_ONE_READ` bytes: a size forged in a
+    damaged header allocates no more than the data there is.
     """
     if data is None:
         data = read(min(size, _ONE_READ))
-    if len(data) == size:
+    if len(data) >= size or not data:
         return data
-    parts = [data]
-    got = len(data)
-    while got < size:
-        chunk = read(min(size - got, _ONE_READ))
+    buffer = io.BytesIO()
+    buffer.write(data)
+    del data
+    while (missing := size - buffer.tell()) > 0:
+        chunk = read(min(missing, _ONE_READ))
         if not chunk:
             break
-        parts.append(chunk)
-        got += len(chunk)
-    return b"".join(parts)
+        buffer.write(chunk)
+    return buffer.getvalue()  # the buffer itself, not a copy
+
+
+def check_member_size(size: int) -> int:
+    """``size`` as a limit of member sizes.
+
+    Raises:
+        ValueError: not an int of at least 1.
+    """
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise ValueError(f"max_member_size must be an int >= 1, got {size!r}")
+    return size
 
 
 def _open_payload(stream: ByteStream, walk: TarWalk) -> tuple[Read, bytes]:

@@ -8,6 +8,8 @@ from typing import Any, TypeVar
 
 from tqdm import tqdm
 
+from wdspipes.redaction import printable, redact
+
 __all__ = ["byte_bar", "progress"]
 
 T = TypeVar("T")
@@ -21,6 +23,8 @@ def progress(
     desc: str | None = None,
 ) -> Any:
     """A tqdm bar on stderr that shows only when stderr is a terminal and vanishes when done.
+    Its ``desc`` (a shard's URL, often) is shown without the URL's secrets and with control
+    characters escaped (see :mod:`wdspipes.redaction`).
 
     Use it as a context manager (or iterate it to the end) so that an error closes it before
     the error line is written.
@@ -29,7 +33,7 @@ def progress(
         iterable,
         total=total,
         unit=unit,
-        desc=desc,
+        desc=_shown(desc),
         file=sys.stderr,
         disable=None,
         leave=False,
@@ -41,7 +45,7 @@ def byte_bar(show: bool, desc: str, total: int | None) -> Any:
     """A tqdm bar in bytes on standard error (shown also when it is not a terminal); none (a
     no-op bar) unless ``show``."""
     return tqdm(
-        desc=desc,
+        desc=_shown(desc),
         total=total,
         unit="B",
         unit_scale=True,
@@ -51,3 +55,7 @@ def byte_bar(show: bool, desc: str, total: int | None) -> Any:
         leave=False,
         dynamic_ncols=True,
     )
+
+
+def _shown(desc: str | None) -> str | None:
+    return None if desc is None else printable(redact(desc))

@@ -38,6 +38,7 @@ from typing import Any
 
 from wdspipes.core.datapipe import Sample
 from wdspipes.io.local import local_path
+from wdspipes.io.urls import check_url
 from wdspipes.read.specs import ShardSpec, expand_urls
 from wdspipes.tools.buckets import (
     LOAD_LIMIT,
@@ -130,6 +131,7 @@ def reshard(
     engine: str = "local",
     address: str | None = None,
     cpus: int | None = None,
+    unsafe_names: bool = False,
 ) -> ReshardReport:
     """Rewrite the samples of ``inputs`` into new shards named by ``pattern``.
 
@@ -170,6 +172,9 @@ def reshard(
         address: with ``engine="ray"``, the cluster to join (``"auto"``, ``"HOST:PORT"``,
             ``"ray://HOST:PORT"``); None starts Ray in this process for the run.
         cpus: with ``engine="ray"`` and no address, the CPUs of that Ray (default: all).
+        unsafe_names: write keys whose member names escape the directory a tar tool extracts
+            them into (a ``..`` component, a leading ``/``); by default an input sample with
+            such a key is an :class:`~wdspipes.errors.EncodeError` and nothing is written.
 
     Returns:
         A :class:`ReshardReport`.
@@ -180,7 +185,9 @@ def reshard(
         ModuleNotFoundError: ``engine="ray"`` without Ray installed (the error names the
             extra).
         ConnectionError: the Ray cluster at ``address`` cannot be reached.
-        WdsError: an input cannot be read (the error names the shard).
+        WdsError: an input cannot be read (the error names the shard), or is a ``pipe:`` URL
+            that ``WDSPIPES_COMMANDS=never`` refuses (checked before anything is read).
+        EncodeError: an input sample's key escapes, without ``unsafe_names``.
         OSError: the output cannot be written, or an output name is a directory.
         RuntimeError: fewer or more samples were written than read (a bug, never expected).
     """
@@ -188,6 +195,8 @@ def reshard(
     _check_options(pattern, limits, shuffle, engine, address, cpus)
     urls = expand_urls(inputs)
     _check_no_clash(pattern, urls)
+    for url in urls:  # here, for the tasks of a Ray cluster read where this policy is unknown
+        check_url(url)
     sources = [ShardSource.of(url, ignore_zeros) for url in urls]
     return reshard_sources(
         sources,
@@ -203,6 +212,7 @@ def reshard(
         engine,
         address,
         cpus,
+        unsafe_names,
     )
 
 
@@ -220,6 +230,7 @@ def reshard_sources(
     engine: str = "local",
     address: str | None = None,
     cpus: int | None = None,
+    unsafe_names: bool = False,
 ) -> ReshardReport:
     """:func:`reshard` of any inputs, each a :class:`~wdspipes.tools.buckets.Source` read
     by one task of pass 1 (shards by URL, the class archives of
@@ -228,7 +239,12 @@ def reshard_sources(
     _check_options(pattern, limits, shuffle, engine, address, cpus)
     start = time.perf_counter()
     outdir = os.path.abspath(os.path.dirname(pattern % 0) or ".")
-    options = {"maxcount": maxcount, "maxsize": maxsize, "compress": compress}
+    options = {
+        "maxcount": maxcount,
+        "maxsize": maxsize,
+        "compress": compress,
+        "unsafe_names": unsafe_names,
+    }
     if shuffle and seed is None:
         seed = random.SystemRandom().randrange(1 << 63)
     buckets = 0

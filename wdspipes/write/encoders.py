@@ -57,7 +57,7 @@ import numpy as np
 from wdspipes.core.names import is_meta, split_name
 from wdspipes.errors import EncodeError
 
-__all__ = ["SampleEncoder", "check_fields", "check_key", "encode_value"]
+__all__ = ["SampleEncoder", "check_fields", "check_key", "encode_value", "escaping"]
 
 BYTES_TYPES = (bytes, bytearray, memoryview)
 
@@ -68,13 +68,16 @@ class SampleEncoder:
     Args:
         trusted: allow pickle and ``torch.save`` fields, which run code when read.
         jpeg_quality: the quality of JPEG images, 1 to 100 (Pillow advises at most 95).
+        unsafe_names: allow keys whose member names escape the directory a tar tool extracts
+            them into (a ``..`` component, a leading ``/``; see :func:`escaping`).
 
     Returns, called on a sample: ``(field, data)`` pairs sorted by field, for the fields that
     do not start with ``__``.
 
     Raises:
         EncodeError: naming key and field: no ``__key__``, a key or field that would read
-            back differently from the tar member name, or a value with no encoder.
+            back differently from the tar member name, a key that escapes (unless
+            ``unsafe_names``), or a value with no encoder.
 
     >>> SampleEncoder()({"__key__": "a.b", "txt": "x"})
     Traceback (most recent call last):
@@ -83,17 +86,20 @@ class SampleEncoder:
 path component: member 'a.b.txt' would read back as key 'a', field 'b.txt'
     """
 
-    def __init__(self, trusted: bool = False, jpeg_quality: int = 90) -> None:
+    def __init__(
+        self, trusted: bool = False, jpeg_quality: int = 90, *, unsafe_names: bool = False
+    ) -> None:
         if not 1 <= jpeg_quality <= 100:
             raise ValueError(f"jpeg_quality must be in 1..100, got {jpeg_quality}")
         self.trusted = trusted
         self.jpeg_quality = jpeg_quality
+        self.unsafe_names = unsafe_names
 
     def __call__(self, sample: Mapping[str, Any]) -> list[tuple[str, bytes]]:
         key = check_key(sample)
         return [
             (field, self.encode_field(field, sample[field], key))
-            for field in check_fields(key, sample)
+            for field in check_fields(key, sample, self.unsafe_names)
         ]
 
     def encode_field(self, field: str, value: Any, key: str | None = None) -> bytes:
@@ -141,7 +147,8 @@ path component: member 'a.b.txt' would read back as key 'a', field 'b.txt'
         return data
 
     def __repr__(self) -> str:
-        return f"SampleEncoder(trusted={self.trusted}, jpeg_quality={self.jpeg_quality})"
+        unsafe = ", unsafe_names=True" if self.unsafe_names else ""
+        return f"SampleEncoder(trusted={self.trusted}, jpeg_quality={self.jpeg_quality}{unsafe})"
 
 
 def encode_value(field: str, value: Any, trusted: bool = False, jpeg_quality: int = 90) -> bytes:
@@ -172,12 +179,14 @@ def check_key(sample: Mapping[str, Any]) -> str:
     return key
 
 
-def check_fields(key: str, sample: Mapping[str, Any]) -> list[str]:
+def check_fields(key: str, sample: Mapping[str, Any], unsafe_names: bool = False) -> list[str]:
     """The fields of ``sample`` to write, sorted: those not starting with ``__``, each
-    checked to make a member name that reads back as ``key`` and this field.
+    checked to make a member name that reads back as ``key`` and this field, and that stays
+    in the directory a tar tool extracts it into (unless ``unsafe_names``).
 
     Raises:
-        EncodeError: naming key and field, and how the member name would read back.
+        EncodeError: naming key and field, and how the member name would read back, or how it
+            escapes.
     """
     fields = [field for field in sample if not _is_private(field)]
     for field in fields:
@@ -192,7 +201,7 @@ def check_fields(key: str, sample: Mapping[str, Any]) -> list[str]:
         )
     seen: dict[str, str] = {}
     for field in fields:
-        _check_name(key, field)
+        _check_name(key, field, unsafe_names)
         folded = field.lower()
         if folded in seen:
             raise EncodeError(
@@ -209,8 +218,38 @@ def _is_private(field: object) -> bool:
     return isinstance(field, str) and field.startswith("__")
 
 
-def _check_name(key: str, field: str) -> None:
+def escaping(name: str) -> str | None:
+    """How member name ``name`` would leave the directory a tar tool extracts it into (as
+    Python's ``tarfile.extractall`` without a filter does): a leading ``/`` or a ``..``
+    component; None if it stays inside.
+
+    >>> escaping("a/../../evil.txt"), escaping("/etc/x.txt"), escaping("a/b..c.txt")
+    ("a '..' component", "a leading '/'", None)
+    """
+    if name.startswith("/"):
+        return "a leading '/'"
+    if ".." in name.split("/"):
+        return "a '..' component"
+    return None
+
+
+UNSAFE_NAMES = "unsafe_names=True (wdspipes cat, create and reshard: --unsafe-names)"
+"""How to write names that escape, for the errors that refuse them."""
+
+
+def escape_error(name: str, why: str, **location: Any) -> EncodeError:
+    """The error refusing member ``name``, which escapes as ``why`` says."""
+    return EncodeError(
+        f"member {name!r} escapes the directory it is extracted into ({why}): refused; "
+        f"writers take such names with {UNSAFE_NAMES}",
+        **location,
+    )
+
+
+def _check_name(key: str, field: str, unsafe_names: bool = False) -> None:
     name = f"{key}.{field}"
+    if not unsafe_names and (why := escaping(key)) is not None:
+        raise escape_error(name, why, key=key, field=field)
     problem = None
     if not field:
         problem = "an empty field name"
@@ -220,10 +259,10 @@ def _check_name(key: str, field: str) -> None:
         problem = "a member name cannot hold a NUL character (it ends tar names)"
     elif "." in key.rpartition("/")[2]:
         problem = "a key cannot have a dot in its last path component"
-    elif "" in key.split("/"):
+    elif "" in key.removeprefix("/").split("/"):  # a leading "/" escapes (see above)
         problem = (
-            "a key cannot have an empty path component (a leading, trailing or doubled '/'): "
-            "tar tools extract such a name elsewhere or as a hidden file"
+            "a key cannot have an empty path component (a trailing or doubled '/'): tar tools "
+            "extract such a name elsewhere or as a hidden file"
         )
     elif split_name(name) != (key, field.lower()) or is_meta(name):
         problem = "the name does not split back into this key and field"

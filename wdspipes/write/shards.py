@@ -2,10 +2,10 @@
 
 Shards go to the URLs the pattern gives, through ``open_url(url, "wb")``: local paths,
 ``file:`` URLs, ``pipe:COMMAND`` and fsspec stores (``s3://...``). A local shard is written
-under a temporary name in its final directory (``.NAME.partial-PID``, hidden, and never a name
-of the pattern), synced to disk, and renamed to its final name only once complete
-(:class:`~wdspipes.io.atomic.AtomicFile`): a crash or an exception never leaves a
-truncated shard under a final name. In an object store the object appears only when its
+under a temporary name in its final directory (``.NAME.partial-XXXXXXXX``, hidden, never a
+name of the pattern, created exclusively), synced to disk, and renamed to its final name only
+once complete (:class:`~wdspipes.io.atomic.AtomicFile`): a crash or an exception never leaves
+a truncated shard under a final name. In an object store the object appears only when its
 upload completes; a ``pipe:`` command gets the bytes as they come (see
 :mod:`wdspipes.io.sinks`).
 
@@ -60,7 +60,7 @@ class ShardWriter(ClosesOrAborts):
             uncompressed size, so a shard may exceed it by what the compressor holds back.
         post: called with each finished shard's URL, in order, once it is complete there.
         start_shard: the number of the first shard.
-        compress, encoder, mtime, trusted, storage_options: as for
+        compress, encoder, mtime, trusted, storage_options, unsafe_names: as for
             :class:`~wdspipes.write.TarWriter`.
 
     Attributes:
@@ -92,6 +92,7 @@ class ShardWriter(ClosesOrAborts):
         trusted: bool = False,
         *,
         storage_options: Mapping[str, Any] | None = None,
+        unsafe_names: bool = False,
     ) -> None:
         check_pattern(pattern)
         if maxcount < 1:
@@ -108,7 +109,7 @@ class ShardWriter(ClosesOrAborts):
         self.compress = compress
         self.mtime = check_mtime(mtime)
         self.storage_options = storage_options
-        self._encode = member_encoder(encoder, trusted)
+        self._encode = member_encoder(encoder, trusted, unsafe_names)
         self._next_shard = start_shard
         self._writer: TarWriter | None = None
         self._file: ByteSink | None = None

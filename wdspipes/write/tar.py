@@ -40,7 +40,14 @@ from typing import Any, BinaryIO, Protocol
 
 from wdspipes.errors import EncodeError
 from wdspipes.io.sinks import ByteSink, ClosesOrAborts, open_sink
-from wdspipes.write.encoders import BYTES_TYPES, SampleEncoder, check_fields, check_key
+from wdspipes.write.encoders import (
+    BYTES_TYPES,
+    SampleEncoder,
+    check_fields,
+    check_key,
+    escape_error,
+    escaping,
+)
 
 __all__ = [
     "COMPRESSIONS",
@@ -106,6 +113,11 @@ class TarWriter(ClosesOrAborts):
         trusted: let the default encoder write pickle and ``torch.save`` fields.
         storage_options: for a URL of an fsspec store, its filesystem's options (credentials,
             ``endpoint_url``, ...).
+        unsafe_names: write member names that escape the directory a tar tool extracts them
+            into (a ``..`` component, a leading ``/``), which are refused by default with an
+            :class:`~wdspipes.errors.EncodeError` (Python's ``tarfile.extractall`` without a
+            filter writes them outside the target). A :class:`SampleEncoder` given as
+            ``encoder`` keeps its own ``unsafe_names``.
 
     Attributes:
         count: samples written.
@@ -118,8 +130,9 @@ class TarWriter(ClosesOrAborts):
         ShardOpenError: the URL cannot be opened for writing (an unknown scheme, a missing
             directory, ...).
 
-    A sample that fails to encode raises :class:`~wdspipes.errors.EncodeError` before any of
-    its members is written: the archive stays valid. Given a URL, an exception inside
+    A sample that fails to encode, or whose names escape, raises
+    :class:`~wdspipes.errors.EncodeError` before any of its members is written: the archive
+    stays valid. Given a URL, an exception inside
     ``with TarWriter(url)`` aborts the archive (:meth:`abort`): nothing appears under the
     URL where the target allows it, and no end-of-archive marker is written.
     """
@@ -133,11 +146,13 @@ class TarWriter(ClosesOrAborts):
         trusted: bool = False,
         *,
         storage_options: Mapping[str, Any] | None = None,
+        unsafe_names: bool = False,
     ) -> None:
         compressor = _compressor(compress)
         self.mtime = check_mtime(mtime)
         self.compress = compress
-        self._encode = member_encoder(encoder, trusted)
+        self.unsafe_names = unsafe_names
+        self._encode = member_encoder(encoder, trusted, unsafe_names)
         self._sink: ByteSink | None = None
         if isinstance(target, (str, os.PathLike)):
             self._sink = open_sink(target, storage_options)  # completed by close()
@@ -166,9 +181,13 @@ class TarWriter(ClosesOrAborts):
 
         Raises:
             ValueError: a name holding a NUL character, or empty.
+            EncodeError: a name that escapes the directory it is extracted into (a ``..``
+                component, a leading ``/``), unless the writer has ``unsafe_names``.
         """
         if not name or "\0" in name:
             raise ValueError(f"a member name must be non-empty and hold no NUL, got {name!r}")
+        if not self.unsafe_names and (why := escaping(name)) is not None:
+            raise escape_error(name, why)
         return self._write_blocks(member_blocks(name, bytes(data), self.mtime), samples=0)
 
     def _write_blocks(self, blocks: list[bytes], samples: int = 1) -> int:
@@ -255,10 +274,15 @@ class TarWriter(ClosesOrAborts):
 def member_encoder(
     encoder: bool | SampleEncoder | Callable[[dict[str, Any]], dict[str, Any]],
     trusted: bool = False,
+    unsafe_names: bool = False,
 ) -> Callable[[Mapping[str, Any]], Members]:
-    """A function from a sample to its members, for a writer's ``encoder`` argument."""
+    """A function from a sample to its members, for a writer's ``encoder`` argument; names
+    that escape are refused unless ``unsafe_names`` (a :class:`SampleEncoder` given decides
+    with its own)."""
     if encoder is True or isinstance(encoder, SampleEncoder):
-        encode_sample = SampleEncoder(trusted) if encoder is True else encoder
+        encode_sample = (
+            SampleEncoder(trusted, unsafe_names=unsafe_names) if encoder is True else encoder
+        )
 
         def encode(sample: Mapping[str, Any]) -> Members:
             key = check_key(sample)
@@ -266,14 +290,16 @@ def member_encoder(
 
         return encode
     if encoder is False:
-        return lambda sample: _raw_members(check_key(sample), sample)
+        return lambda sample: _raw_members(check_key(sample), sample, unsafe_names)
     if callable(encoder):
-        return lambda sample: _encoded_members(encoder, sample)
+        return lambda sample: _encoded_members(encoder, sample, unsafe_names)
     raise TypeError(f"encoder must be True, False or a function, got {encoder!r}")
 
 
 def _encoded_members(
-    encoder: Callable[[dict[str, Any]], dict[str, Any]], sample: Mapping[str, Any]
+    encoder: Callable[[dict[str, Any]], dict[str, Any]],
+    sample: Mapping[str, Any],
+    unsafe_names: bool,
 ) -> Members:
     """The members of what a user's encoder makes of ``sample``."""
     result = encoder(dict(sample))
@@ -282,13 +308,14 @@ def _encoded_members(
             f"the encoder returned a {type(result).__name__}, not a dict of field -> bytes",
             key=sample.get("__key__"),
         )
-    return _raw_members(check_key(result if "__key__" in result else sample), result)
+    key = check_key(result if "__key__" in result else sample)
+    return _raw_members(key, result, unsafe_names)
 
 
-def _raw_members(key: str, sample: Mapping[str, Any]) -> Members:
+def _raw_members(key: str, sample: Mapping[str, Any], unsafe_names: bool) -> Members:
     """The members of a sample whose values are bytes already."""
     members = []
-    for field in check_fields(key, sample):
+    for field in check_fields(key, sample, unsafe_names):
         data = sample[field]
         if not isinstance(data, BYTES_TYPES):
             raise EncodeError(

@@ -1,6 +1,14 @@
 """Decoding sample fields: the ``decode`` stage, its basic and image handlers, tenbin."""
 
-from wdspipes.samples.decoders.basic import BasicDecoder, Continue, UntrustedDataError, gunzip
+from wdspipes.samples.decoders.basic import (
+    MAX_DECODED_SIZE,
+    BasicDecoder,
+    Continue,
+    DataLimitError,
+    Gunzip,
+    UntrustedDataError,
+    gunzip,
+)
 from wdspipes.samples.decoders.decoder import (
     Decoder,
     ExtensionHandler,
@@ -10,15 +18,31 @@ from wdspipes.samples.decoders.decoder import (
     handle_extension,
 )
 from wdspipes.samples.decoders.geometry import RandomResizedCrop
-from wdspipes.samples.decoders.images import IMAGE_SPECS, ImageDecoder, image_extensions
+from wdspipes.samples.decoders.images import (
+    IMAGE_FORMATS,
+    IMAGE_SPECS,
+    MAX_PIXELS,
+    ImageDecoder,
+    ImageFormatError,
+    ImageTooLargeError,
+    image_extensions,
+    open_image,
+)
 
 __all__ = [
+    "IMAGE_FORMATS",
     "IMAGE_SPECS",
+    "MAX_DECODED_SIZE",
+    "MAX_PIXELS",
     "BasicDecoder",
     "Continue",
+    "DataLimitError",
     "Decoder",
     "ExtensionHandler",
+    "Gunzip",
     "ImageDecoder",
+    "ImageFormatError",
+    "ImageTooLargeError",
     "RandomResizedCrop",
     "SampleDecoder",
     "UntrustedDataError",
@@ -27,4 +51,5 @@ __all__ = [
     "gunzip",
     "handle_extension",
     "image_extensions",
+    "open_image",
 ]

@@ -18,19 +18,32 @@ Pickle and a full ``torch.load`` run code chosen by whoever wrote the shards. Th
 ``trusted=True``; otherwise a pickle field is an error that says so, and ``.pth`` loads through
 torch's restricted ``weights_only`` unpickler (tensors, numbers, containers).
 
+What a field decompresses to is bounded: a ``.gz`` field (:class:`Gunzip`) and the members of
+an ``.npz`` field together may hold at most ``max_size`` bytes (:data:`MAX_DECODED_SIZE`,
+256 MiB, by default); more is a :class:`DataLimitError`, found before more than that is held
+(a gzip bomb of 1 GiB of zeros stops at the limit; an ``.npz`` field's members are checked by
+the sizes its index declares, which its reader does not exceed).
+
 >>> BasicDecoder()(".json", b'{"a": 1}'), BasicDecoder()(".seg.cls", b"7")
 ({'a': 1}, 7)
 >>> gunzip(".txt.gz", __import__("gzip").compress(b"hi"))
 Continue(key='.txt', data=b'hi')
+>>> Gunzip(max_size=1000)(".txt.gz", __import__("gzip").compress(bytes(2000)))
+Traceback (most recent call last):
+...
+wdspipes.samples.decoders.basic.DataLimitError: the .gz field decompresses to more than \
+1,000 bytes, the limit (max_size)
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import json
 import pickle
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import cbor2
@@ -39,7 +52,23 @@ import numpy as np
 
 from wdspipes.samples.decoders.tenbin import decode_buffer
 
-__all__ = ["BasicDecoder", "Continue", "UntrustedDataError", "gunzip", "last_extension"]
+__all__ = [
+    "MAX_DECODED_SIZE",
+    "BasicDecoder",
+    "Continue",
+    "DataLimitError",
+    "Gunzip",
+    "UntrustedDataError",
+    "check_size",
+    "gunzip",
+    "last_extension",
+]
+
+MAX_DECODED_SIZE = 256 << 20
+"""The most bytes a ``.gz`` field decompresses to, and the members of an ``.npz`` field hold
+together, by default (256 MiB)."""
+
+_PIECE = 1 << 24  # a .gz field larger than this is decompressed in pieces of this size
 
 
 class Continue(NamedTuple):
@@ -53,16 +82,95 @@ class UntrustedDataError(ValueError):
     """A field holds data that would run code when decoded, and the decoder was not trusted."""
 
 
+class DataLimitError(ValueError):
+    """A field would decompress to more bytes than the decoder's ``max_size`` allows."""
+
+
+def check_size(size: int) -> int:
+    """``size`` as a decoder's ``max_size``.
+
+    Raises:
+        ValueError: not an int of at least 1.
+    """
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise ValueError(f"max_size must be an int >= 1, got {size!r}")
+    return size
+
+
 def last_extension(key: str) -> str:
     """The part of a handler key after its last dot: ``".seg.JPG"`` -> ``"JPG"``."""
     return key.rpartition(".")[2]
 
 
-def gunzip(key: str, data: bytes) -> Continue | None:
-    """Decompress a ``.gz`` field and decode on by its inner extension."""
-    if not key.endswith(".gz"):
-        return None
-    return Continue(key[:-3], gzip.decompress(data))
+class Gunzip:
+    """The pre-handler that decompresses a ``.gz`` field (one or more gzip members, as
+    ``gzip.decompress`` takes them) and decodes on by its inner extension, to at most
+    ``max_size`` bytes.
+
+    Raises (called):
+        DataLimitError: the field decompresses to more than ``max_size`` bytes.
+        EOFError, gzip.BadGzipFile, zlib.error: the data is cut short or no gzip data.
+    """
+
+    def __init__(self, max_size: int = MAX_DECODED_SIZE) -> None:
+        self.max_size = check_size(max_size)
+
+    def __call__(self, key: str, data: bytes) -> Continue | None:
+        if not key.endswith(".gz"):
+            return None
+        return Continue(key[:-3], _gunzipped(data, self.max_size))
+
+    def __repr__(self) -> str:
+        return f"Gunzip(max_size={self.max_size})"
+
+
+def _gunzipped(data: bytes, max_size: int) -> bytes:
+    """``gzip.decompress(data)`` making at most ``max_size`` bytes (then raising), into one
+    buffer: the data of a small field as zlib gives it, that of a large one in pieces written
+    into a buffer that grows in place (zlib joins the blocks of each piece it makes: pieces
+    keep that copy small)."""
+    pieces = _gzip_pieces(data, max_size)
+    first = next(pieces, b"")
+    second = next(pieces, None)
+    if second is None:
+        return first
+    buffer = io.BytesIO()
+    buffer.write(first)
+    buffer.write(second)
+    del first, second
+    for piece in pieces:
+        buffer.write(piece)
+    return buffer.getvalue()  # the buffer itself, not a copy
+
+
+def _gzip_pieces(data: bytes, max_size: int) -> Iterator[bytes]:
+    """The decompressed data of the gzip members in ``data``, in pieces of at most
+    :data:`_PIECE` bytes, checked (CRC, length) and bounded by ``max_size`` as they come."""
+    made = 0
+    while True:
+        if not data.startswith(b"\x1f\x8b"):
+            raise gzip.BadGzipFile(f"Not a gzipped file ({data[:2]!r})")
+        decompressor = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip: checks CRC and length
+        while not decompressor.eof:
+            piece = decompressor.decompress(data, min(_PIECE, max_size - made + 1))
+            made += len(piece)
+            if made > max_size:
+                raise DataLimitError(
+                    f"the .gz field decompresses to more than {max_size:,} bytes, the limit "
+                    "(max_size)"
+                )
+            data = decompressor.unconsumed_tail
+            if piece:
+                yield piece
+            elif not data and not decompressor.eof:
+                raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+        data = decompressor.unused_data.lstrip(b"\0")  # zeros between members, as gzip skips
+        if not data:
+            return
+
+
+gunzip = Gunzip()
+"""The pre-handler with the default limit (:data:`MAX_DECODED_SIZE`)."""
 
 
 def _text(data: bytes) -> str:
@@ -74,8 +182,14 @@ def _npy(data: bytes) -> np.ndarray:
     return array
 
 
-def _npz(data: bytes) -> dict[str, np.ndarray]:
+def _npz(data: bytes, max_size: int = MAX_DECODED_SIZE) -> dict[str, np.ndarray]:
     with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+        held = sum(member.file_size for member in archive.zip.infolist())
+        if held > max_size:
+            raise DataLimitError(
+                f"the .npz field's members hold {held:,} bytes, over the limit of "
+                f"{max_size:,} (max_size)"
+            )
         return dict(archive)
 
 
@@ -97,14 +211,20 @@ _PICKLE = frozenset(["pyd", "pkl", "pickle"])
 
 
 class BasicDecoder:
-    """The basic decoders as one handler; ``trusted`` allows pickle and full ``torch.load``."""
+    """The basic decoders as one handler; ``trusted`` allows pickle and full ``torch.load``;
+    ``max_size`` bounds what an ``.npz`` field's members hold together."""
 
-    def __init__(self, trusted: bool = False) -> None:
+    def __init__(self, trusted: bool = False, max_size: int = MAX_DECODED_SIZE) -> None:
         self.trusted = trusted
+        self.max_size = check_size(max_size)
+        self._decoders: dict[str, Callable[[bytes], Any]] = {
+            **_SAFE,
+            "npz": functools.partial(_npz, max_size=max_size),
+        }
 
     def __call__(self, key: str, data: bytes) -> Any:
         extension = last_extension(key)
-        decoder = _SAFE.get(extension)
+        decoder = self._decoders.get(extension)
         if decoder is not None:
             return decoder(data)
         if extension in _PICKLE:
@@ -132,4 +252,5 @@ class BasicDecoder:
             ) from exn
 
     def __repr__(self) -> str:
-        return f"BasicDecoder(trusted={self.trusted})"
+        limit = "" if self.max_size == MAX_DECODED_SIZE else f", max_size={self.max_size}"
+        return f"BasicDecoder(trusted={self.trusted}{limit})"

@@ -27,8 +27,14 @@ from wdspipes.core.curried import Stage, stage_factory
 from wdspipes.core.datapipe import Sample, StageDataPipe, functional_stage
 from wdspipes.core.seeds import SeededStage, Seeding, sharding_position
 from wdspipes.errors import DecodeError, Handler, handle, reraise_exception, sample_location
-from wdspipes.samples.decoders.basic import BasicDecoder, Continue, gunzip
-from wdspipes.samples.decoders.images import ImageDecoder
+from wdspipes.samples.decoders.basic import (
+    MAX_DECODED_SIZE,
+    BasicDecoder,
+    Continue,
+    Gunzip,
+    check_size,
+)
+from wdspipes.samples.decoders.images import MAX_PIXELS, ImageDecoder
 
 __all__ = [
     "Decoder",
@@ -145,6 +151,10 @@ class Decoder:
             ``Decoder(handlers, pre=, post=)``.
         post: the handlers tried after them (None: the basic decoders, which refuse pickle
             and a full ``torch.load`` unless ``trusted``).
+        max_size: the most bytes a ``.gz`` field decompresses to, and the members of an
+            ``.npz`` field hold together (as ``decode``'s).
+        max_pixels: the most pixels of an image decoded by an image spec given as a string;
+            None for no limit (as ``decode``'s).
 
     Raises:
         ValueError: an unknown image spec.
@@ -164,12 +174,18 @@ class Decoder:
         seed: int | None = None,
         pre: Sequence[FieldHandler] | None = None,
         post: Sequence[FieldHandler] | None = None,
+        max_size: int = MAX_DECODED_SIZE,
+        max_pixels: int | None = MAX_PIXELS,
     ) -> None:
         if len(handlers) == 1 and isinstance(handlers[0], list | tuple):
             handlers = tuple(handlers[0])
         if seed is not None and type(seed) is not int:
             raise TypeError(f"seed must be an int or None, got {seed!r}")
-        self.handlers = tuple(_as_handler(h, i) for i, h in enumerate(handlers))  # type: ignore[arg-type]
+        self.max_size = check_size(max_size)
+        self.handlers = tuple(
+            _as_handler(h, i, max_pixels)  # type: ignore[arg-type]
+            for i, h in enumerate(handlers)
+        )
         self.only = (
             None if only is None else frozenset(only.split() if isinstance(only, str) else only)
         )
@@ -178,9 +194,9 @@ class Decoder:
         self.seed = seed
         self.epoch = 0
         self.chain: tuple[FieldHandler, ...] = (
-            *((gunzip,) if pre is None else pre),
+            *((Gunzip(self.max_size),) if pre is None else pre),
             *self.handlers,
-            *((BasicDecoder(trusted),) if post is None else post),
+            *((BasicDecoder(trusted, self.max_size),) if post is None else post),
         )
         self.draws = any(map(_takes_rng, self.chain))
 
@@ -266,6 +282,17 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
         seed: fixes the generators handed to random handlers (such as an image decoder with
             ``crop=``), with the epoch; otherwise the loader's ``set_seed`` or fresh entropy
             decides (see :mod:`wdspipes.core.seeds`).
+        max_size: the most bytes a ``.gz`` field decompresses to, and the members of an
+            ``.npz`` field hold together (default 256 MiB,
+            :data:`~wdspipes.samples.decoders.basic.MAX_DECODED_SIZE`).
+        max_pixels: the most pixels of an image decoded by an image spec given as a string
+            (default :data:`~wdspipes.samples.decoders.images.MAX_PIXELS`; an
+            ``ImageDecoder`` given keeps its own); None for no limit.
+
+    Each image field opens only in the formats its extension names (see
+    :mod:`wdspipes.samples.decoders.images`); a field of another format, an image over
+    ``max_pixels`` and a field over ``max_size`` are a
+    :class:`~wdspipes.errors.DecodeError`, through ``handler``, that says so.
 
     Yields:
         Sample dicts with decoded values, fields in the same order.
@@ -304,10 +331,13 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
         handler: Handler = reraise_exception,
         trusted: bool = False,
         seed: int | None = None,
+        max_size: int = MAX_DECODED_SIZE,
+        max_pixels: int | None = MAX_PIXELS,
     ) -> None:
         super().__init__()
         self.source_datapipe = source_datapipe
-        self.handlers = tuple(_as_handler(h, i) for i, h in enumerate(handlers))
+        self.max_size = check_size(max_size)
+        self.handlers = tuple(_as_handler(h, i, max_pixels) for i, h in enumerate(handlers))
         self.only = only
         self.partial = partial
         self.handler = handler
@@ -316,7 +346,11 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
 
     def __iter__(self) -> Iterator[Sample]:
         decoder = Decoder(
-            *self.handlers, only=self.only, partial=self.partial, trusted=self.trusted
+            *self.handlers,
+            only=self.only,
+            partial=self.partial,
+            trusted=self.trusted,
+            max_size=self.max_size,
         )
         material = self._material() if decoder.draws else None
         for sample in self.source_datapipe:
@@ -355,9 +389,9 @@ def _text(value: Any) -> Any:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-def _as_handler(handler: str | FieldHandler, position: int) -> FieldHandler:
+def _as_handler(handler: str | FieldHandler, position: int, max_pixels: int | None) -> FieldHandler:
     if isinstance(handler, str):
-        return ImageDecoder(handler)
+        return ImageDecoder(handler, max_pixels=max_pixels)
     if not callable(handler):
         raise TypeError(
             f"decode handler {position} must be an image spec or a (key, data) function, "
@@ -374,8 +408,15 @@ def decode(
     handler: Handler = reraise_exception,
     trusted: bool = False,
     seed: int | None = None,
+    max_size: int = MAX_DECODED_SIZE,
+    max_pixels: int | None = MAX_PIXELS,
 ) -> Stage:
     """The decoder stage for ``DataPipeline(...)``: ``decode(*handlers, ...)``."""
+    limits: dict[str, Any] = {}
+    if max_size != MAX_DECODED_SIZE:
+        limits["max_size"] = max_size
+    if max_pixels != MAX_PIXELS:
+        limits["max_pixels"] = max_pixels
     return Stage(
         SampleDecoder,
         *handlers,
@@ -384,4 +425,5 @@ def decode(
         handler=handler,
         trusted=trusted,
         seed=seed,
+        **limits,
     )

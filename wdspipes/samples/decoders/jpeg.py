@@ -75,9 +75,8 @@ def is_jpeg(data: bytes) -> bool:
 
 def read_header(data: bytes) -> JpegHeader | None:
     """The header of a JPEG that :func:`decode` can decode, or None (leave it to Pillow): not
-    a JPEG, CMYK or YCCK, a header libjpeg-turbo cannot read, more pixels than Pillow's
-    ``Image.MAX_IMAGE_PIXELS`` (Pillow warns of a decompression bomb, or refuses), or no
-    simplejpeg."""
+    a JPEG, CMYK or YCCK, a header libjpeg-turbo cannot read, or no simplejpeg. The caller
+    checks its size (see :func:`~wdspipes.samples.decoders.images.check_pixels`)."""
     simplejpeg = _simplejpeg()
     if simplejpeg is None or not is_jpeg(data):
         return None
@@ -85,10 +84,7 @@ def read_header(data: bytes) -> JpegHeader | None:
         height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
     except (ValueError, RuntimeError):
         return None
-    from PIL import Image
-
-    most = Image.MAX_IMAGE_PIXELS
-    if colorspace not in ("Gray", "YCbCr", "RGB") or (most and width * height > most):
+    if colorspace not in ("Gray", "YCbCr", "RGB"):
         return None
     return JpegHeader(int(width), int(height), colorspace)
 
