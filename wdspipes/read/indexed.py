@@ -172,22 +172,23 @@ class IndexedShards:
             raise IndexError(f"sample index {index} out of range: the shards hold {total}")
         shard = bisect_right(self.ends, position)
         inner = position - self.firsts[shard]
-        opened = self._open
-        try:  # a lookup and a move are atomic: no lock to find one
-            reader = opened[shard]
-            opened.move_to_end(shard)
-        except KeyError:  # not open, or let go by another thread meanwhile
-            reader = None
-        if reader is None:
-            reader = self._opened(shard, inner, position)
+        try:
+            reader = self.shard(shard)
+        except WdsError as exn:
+            exn.add_detail(f"reading sample {position} (sample {inner} of the shard)")
+            raise
         return reader.sample(inner, position)
 
     def shard(self, number: int) -> ShardReader:
         """The reader of shard ``number``, opened (and checked against its entry) on first
         use; the least recently used beyond ``lru_size`` are closed."""
-        reader = self._open.get(number)
-        if reader is not None:
+        opened = self._open
+        try:  # a lookup and a move are atomic: no lock to find one
+            reader = opened[number]
+            opened.move_to_end(number)
             return reader
+        except KeyError:  # not open, or let go by another thread meanwhile
+            pass
         reader = self._make_reader(number)
         with self._lock:
             self._open[number] = reader
@@ -195,14 +196,6 @@ class IndexedShards:
                 # Closed once no sample read holds it any more (see LocalRanges.__del__).
                 self._open.popitem(last=False)
         return reader
-
-    def _opened(self, number: int, inner: int, index: int) -> ShardReader:
-        """:meth:`shard`, its errors located at sample ``index``."""
-        try:
-            return self.shard(number)
-        except WdsError as exn:
-            exn.add_detail(f"reading sample {index} (sample {inner} of the shard)")
-            raise
 
     def offsets(self, number: int) -> ShardOffsets:
         """The offsets of shard ``number`` (opening it if needed)."""
