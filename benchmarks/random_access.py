@@ -155,7 +155,7 @@ def against_wids(index: Path, repeat: int, markdown: bool) -> float:
 BREAKDOWN = [
     "wds.ShardListDataset: ds[i]",
     "IndexedShards (ds.shards[i]): without the DataPipe's call",
-    "ShardReader.sample: the open shard found, as before",
+    "ShardReader.sample: the open shard at hand (not looked up)",
     "os.pread of the sample's bytes alone",
     "the header checks alone (adler32 of 157 bytes and a byte, a member)",
     "wids.ShardListDataset: ds[i]",
