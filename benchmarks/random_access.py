@@ -14,6 +14,9 @@ Three measurements, in one run:
    object reading its first epoch (ours walks each shard once and writes its sidecar; wids
    copies each shard into its cache directory and indexes it); *warm*: a second epoch in the
    same process, in another random order. Before the cold runs our sidecars are removed.
+   Then, in one process, where the time of a warm read goes: CPU microseconds a sample
+   through each layer (the DataPipe, the shards of the index, the open shard), the bare
+   ``os.pread`` of the same bytes, the header checks alone, and wids' read.
 2. **100 KB samples, random order**: 4 shards of 200 samples of 100,000 bytes, all read in
    random order by ``ShardListDataset`` (warm), against a raw ``os.pread`` of each sample's
    bytes (the same spans, the same order, descriptors opened once): MB/s.
@@ -28,6 +31,9 @@ Targets: (1) warm, at least 4x the wids package; (2) at least 0.5 of the raw rea
 from __future__ import annotations
 
 import argparse
+import bisect
+import contextlib
+import io
 import json
 import multiprocessing
 import os
@@ -37,6 +43,7 @@ import statistics
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -95,7 +102,7 @@ def read_wdspipes(index: str, orders: list[list[int]], cache: str) -> list[float
 def read_wids(index: str, orders: list[list[int]], cache: str) -> list[float]:
     import wids
 
-    with quiet():
+    with quiet(), contextlib.redirect_stderr(io.StringIO()):  # wids prints what it opens
         dataset = wids.ShardListDataset(index, transformations=[], cache_dir=cache)
     try:
         return [timed_epoch(dataset, order) for order in orders]
@@ -143,6 +150,92 @@ def against_wids(index: Path, repeat: int, markdown: bool) -> float:
     rows.append(["wdspipes / wids", f"{cold_ratio:.2f}x", f"{warm_ratio:.2f}x"])
     print(format_table(["reader", "cold: samples/s", "warm: samples/s"], rows, markdown))
     return warm_ratio
+
+
+BREAKDOWN = [
+    "wds.ShardListDataset: ds[i]",
+    "IndexedShards (ds.shards[i]): without the DataPipe's call",
+    "ShardReader.sample: the open shard at hand (not looked up)",
+    "os.pread of the sample's bytes alone",
+    "the header checks alone (adler32 of 157 bytes and a byte, a member)",
+    "wids.ShardListDataset: ds[i]",
+]
+
+
+def breakdown(index: str, repeat: int) -> list[float]:
+    """CPU microseconds a sample (:data:`BREAKDOWN`), best of ``repeat`` epochs in one random
+    order, warm (every layout kept): a read through each layer, its parts alone, wids'."""
+    import wids
+
+    dataset = wds.ShardListDataset(index)
+    shards = dataset.shards
+    order = random.Random(3).sample(range(len(dataset)), len(dataset))
+    places = []
+    for number in order:
+        dataset[number]  # its layout kept
+        shard = bisect.bisect_right(shards.ends, number)
+        places.append((shards.shard(shard), number - shards.firsts[shard], number))
+    descriptors = {entry.url: os.open(entry.url, os.O_RDONLY) for entry in shards.entries}
+    spans = []
+    for reader, inner, _ in places:
+        start, end = reader.offsets.span(inner)
+        spans.append((descriptors[reader.url], end - start, start))
+    headers = []  # (sample's bytes, a member's header there, the header's hash)
+    for fd, size, start in spans:
+        chunk = os.pread(fd, size, start)
+        at = 0
+        while at < size:
+            headers.append((chunk, at, zlib.adler32(chunk[at : at + 157])))
+            at += 512 + -(-int(chunk[at + 124 : at + 135], 8) // 512) * 512
+    with quiet(), contextlib.redirect_stderr(io.StringIO()):
+        cache = tempfile.mkdtemp()
+        theirs = wids.ShardListDataset(index, transformations=[], cache_dir=cache)
+    for number in order:
+        theirs[number]  # each shard in its cache
+
+    def through(indexable: Any) -> Callable[[], None]:
+        def read() -> None:
+            for number in order:
+                indexable[number]
+
+        return read
+
+    def from_shards() -> None:
+        for reader, inner, number in places:
+            reader.sample(inner, number)
+
+    def preads() -> None:
+        pread = os.pread
+        for fd, size, start in spans:
+            pread(fd, size, start)
+
+    def checks() -> None:
+        adler32 = zlib.adler32
+        for chunk, at, expected in headers:
+            if adler32(chunk[at : at + 157]) != expected or chunk[at + 345]:
+                raise AssertionError("a header changed")
+
+    parts = [through(dataset), through(shards), from_shards, preads, checks, through(theirs)]
+    best = [float("inf")] * len(parts)
+    try:
+        for _ in range(repeat):
+            for number, part in enumerate(parts):  # the parts in turn, each epoch
+                started = time.process_time()
+                part()
+                best[number] = min(best[number], time.process_time() - started)
+    finally:
+        theirs.close()
+        shutil.rmtree(cache, ignore_errors=True)
+        for fd in descriptors.values():
+            os.close(fd)
+    return [seconds / len(order) * 1e6 for seconds in best]
+
+
+def print_breakdown(index: Path, repeat: int, markdown: bool) -> None:
+    micros = in_child(breakdown, str(index), repeat)
+    rows = [[label, f"{value:.2f}"] for label, value in zip(BREAKDOWN, micros, strict=True)]
+    rows.append(["4x the wids package would be", f"{micros[-1] / SPEEDUP_TARGET:.2f}"])
+    print(format_table(["read, warm", "CPU µs a sample"], rows, markdown))
 
 
 # --- 2. against a raw positioned read --------------------------------------------------------
@@ -241,12 +334,15 @@ def main(argv: list[str] | None = None) -> int:
         args.repeat = 1
     versions = import_libraries(["wdspipes", "wids", "numpy"])
     print_header(versions, f"median of {args.repeat} runs, readers alternating", args.markdown)
+    print(("- " if args.markdown else "") + f"load average at the start: {load_average()}")
     data = Path(__file__).parent / "data" / "random_access"
     small = (8, 2000) if not args.quick else (2, 100)
     large = (4, 200) if not args.quick else (2, 10)
     print_section("1 KB samples, random order, one process: against wids", args.markdown)
     index = write_dataset(data / f"small-{small[0]}x{small[1]}", *small, 1000)
     speedup = against_wids(index, args.repeat, args.markdown)
+    print_section("1 KB samples: where the time of a read goes, in one process", args.markdown)
+    print_breakdown(index, args.repeat, args.markdown)
     print_section("100 KB samples, random order: against a raw positioned read", args.markdown)
     index = write_dataset(data / f"large-{large[0]}x{large[1]}", *large, 100_000)
     ratio = against_raw(index, args.repeat, args.markdown)
@@ -264,7 +360,14 @@ def main(argv: list[str] | None = None) -> int:
         ],
     ]
     print(format_table(["target", "measured", ""], rows, args.markdown))
+    print(f"\nload average at the end: {load_average()}")
     return 0
+
+
+def load_average() -> str:
+    """The machine's load average over 1, 5 and 15 minutes (shared machines: read the
+    ratios measured in the same run)."""
+    return ", ".join(f"{load:.2f}" for load in os.getloadavg())
 
 
 if __name__ == "__main__":

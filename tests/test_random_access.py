@@ -21,13 +21,14 @@ from urllib.parse import unquote, urlsplit
 import numpy as np
 import PIL.Image
 import pytest
-from shardgen import make_tar
+from shardgen import BLOCK, make_tar
 
 import wdspipes as wds
 from wdspipes.io.http import close_connections
-from wdspipes.read import indexed, offsets
+from wdspipes.read import indexed, offsets, shard_reader
 from wdspipes.read.index_file import load_index
 from wdspipes.read.offsets import read_sidecar, sidecar_path
+from wdspipes.read.shard_reader import UNPLAIN, ShardReader
 
 wids = pytest.importorskip("wids")
 
@@ -105,8 +106,10 @@ def test_every_index_gives_what_wids_gives(
     ours = wds.ShardListDataset(str(index))
     theirs = wids.ShardListDataset(str(index), transformations=[], cache_dir=str(tmp_path / "w"))
     assert len(ours) == len(theirs) == sum(counts)
-    for i in range(len(ours)):
-        assert wids_plain(wds.wids_sample(ours[i])) == wids_plain(theirs[i])
+    for _ in range(2):  # parsed, then by the layouts kept
+        for i in range(len(ours)):
+            assert wids_plain(wds.wids_sample(ours[i])) == wids_plain(theirs[i])
+    assert all(reader_of(ours, n).members(0) == 3 for n in range(len(counts)))
     theirs.close()
 
 
@@ -141,6 +144,7 @@ def test_samples_are_the_streaming_readers_in_shard_order(
     ds = wds.ShardListDataset(items(shards, counts))
     got = [ds[i] for i in range(len(ds))]
     assert [plain(s) for s in got] == streamed(shards)
+    assert [ds[i] for i in range(len(ds))] == got  # by the layouts kept
     assert [s["__index__"] for s in got] == list(range(len(ds)))
     assert [s["__shardindex__"] for s in got] == [i for c in counts for i in range(c)]
     assert list(got[0])[:4] == ["__key__", "__url__", "__index__", "__shardindex__"]
@@ -456,6 +460,236 @@ def test_a_compressed_shard_is_refused_naming_it(tmp_path: Path) -> None:
     assert str(path) in str(caught.value)
 
 
+# --- layouts: samples read again without a parse ---------------------------------------------
+
+
+def reader_of(ds: wds.ShardListDataset, shard: int = 0) -> ShardReader:
+    return ds.shards.shard(shard)
+
+
+def as_parsed(path: Path, found: offsets.ShardOffsets, inner: int) -> Any:
+    """What a parse of the bytes now at the place of sample ``inner`` of the shard ``path``
+    gives (as sample ``inner`` of a dataset): the sample, or the type of the error."""
+    start, end = found.span(inner)
+    chunk = path.read_bytes()[start:end]
+    try:
+        if len(chunk) != end - start:
+            raise offsets.short_read(str(path), start, len(chunk), end)
+        return offsets.parse_sample(chunk, start, found, str(path), inner, inner)
+    except wds.WdsError as exn:
+        return type(exn)
+
+
+def served(ds: wds.ShardListDataset, index: int) -> Any:
+    """``ds[index]``, or the type of its error."""
+    try:
+        return ds[index]
+    except wds.WdsError as exn:
+        return type(exn)
+
+
+def test_samples_read_again_are_made_by_their_layout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    members = [
+        (name, data)
+        for key in ("0001", "ü-2", "k\udcff", "d/x.y/0004")  # UTF-8, undecodable, dots
+        for name, data in (
+            (f"{key}.txt", key.encode("utf-8", "surrogateescape")),
+            (f"{key}.SEG.png", b"x" * 700),
+        )
+    ]
+    path = tmp_path / "s.tar"
+    path.write_bytes(make_tar(members))
+    expected = streamed([path])
+    ds = wds.ShardListDataset([{"url": str(path), "nsamples": 4}], sidecars=False)
+    assert [plain(ds[i]) for i in (2, 0, 3, 1)] == [expected[i] for i in (2, 0, 3, 1)]
+    reader = reader_of(ds)
+    assert [reader.members(i) for i in range(4)] == [2, 2, 2, 2]
+    parsed = [as_parsed(path, ds.shards.offsets(0), i) for i in range(4)]
+
+    def no_parse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("parsed a sample that has a layout")
+
+    monkeypatch.setattr(shard_reader, "parse_sample", no_parse)
+    monkeypatch.setattr(shard_reader, "_plain_sample", no_parse)
+    again = [ds[i] for i in range(4)]
+    assert again == parsed and [list(s) for s in again] == [list(s) for s in parsed]
+
+
+def test_samples_that_are_not_plain_are_parsed_at_every_read(tmp_path: Path) -> None:
+    long_key = "d/" + "k" * 150
+    cases = {
+        "long": make_tar(
+            [("a.txt", b"1"), (long_key + ".txt", b"2"), ("c.txt", b"3")], format=tarfile.GNU_FORMAT
+        ),
+        "meta": make_tar([("a.txt", b"1"), ("__meta__", b"m"), ("b.txt", b"2")]),
+        "nofield": make_tar([("a.txt", b"1"), ("noext", b"n"), ("b.txt", b"2")]),
+        "twice": make_tar([("a.txt", b"1"), ("a.TXT", b"2"), ("b.txt", b"3")]),
+    }
+    layouts = {
+        "long": [1, UNPLAIN, 1],
+        "meta": [UNPLAIN, 1],
+        "nofield": [UNPLAIN, 1],
+        "twice": [UNPLAIN, 1],
+    }
+    for label, data in cases.items():
+        path = tmp_path / f"{label}.tar"
+        path.write_bytes(data)
+        count = len(layouts[label])
+        ds = wds.ShardListDataset([{"url": str(path), "nsamples": count}], sidecars=False)
+        for _ in range(2):
+            got = [served(ds, i) for i in range(count)]
+            assert got == [as_parsed(path, ds.shards.offsets(0), i) for i in range(count)]
+        assert [reader_of(ds).members(i) for i in range(count)] == layouts[label], label
+    assert got[0] is wds.DuplicateFieldError  # "twice": the parse reports it at every read
+
+
+def shard_of(sizes: list[int], keys: list[str] | None = None) -> bytes:
+    """A tar shard of samples with a ``bin`` of each size and a ``cls``."""
+    keys = keys or [f"{i:04d}" for i in range(len(sizes))]
+    return make_tar(
+        (name, data)
+        for key, size in zip(keys, sizes, strict=True)
+        for name, data in ((f"{key}.bin", bytes([len(key)]) * size), (f"{key}.cls", b"7"))
+    )
+
+
+def header_at(data: bytes, name: bytes) -> int:
+    """The offset of the header of the member ``name``."""
+    at = data.find(name + b"\0")
+    assert at % BLOCK == 0
+    return at
+
+
+def same_sum_rewrites(data: bytes) -> dict[str, bytes]:
+    """Shards of the same size as ``data`` (see :func:`shard_of`, sizes ``[10, 1000, 600,
+    300, 20, 1500]``): each header changed keeps its checksum field, whose byte sum it keeps."""
+    rewrites = {}
+    changed = bytearray(data)  # the data of every member, headers alike
+    for key in (b"0000", b"0001", b"0002", b"0003", b"0004", b"0005"):
+        start = header_at(data, key + b".bin") + BLOCK
+        changed[start] ^= 0xFF
+    rewrites["data"] = bytes(changed)
+    changed = bytearray(data)  # a key with two characters swapped: "0003" -> "0030"
+    at = header_at(data, b"0003.bin")
+    changed[at : at + 4] = b"0030"
+    rewrites["key"] = bytes(changed)
+    changed = bytearray(data)  # a field renamed: "bin" -> "cim"
+    at = header_at(data, b"0004.bin")
+    changed[at + 5 : at + 8] = b"cim"
+    rewrites["field"] = bytes(changed)
+    changed = bytearray(data)  # the size's octal digits swapped: 1750 (1000) -> 1570 (888)
+    at = header_at(data, b"0001.bin")
+    assert changed[at + 124 : at + 135] == b"00000001750"
+    changed[at + 124 : at + 135] = b"00000001570"
+    rewrites["size"] = bytes(changed)
+    # a name prefix "0", the byte sum kept by the version field: "00" -> "0\0"
+    changed = bytearray(data)
+    at = header_at(data, b"0002.bin")
+    assert changed[at + 263 : at + 265] == b"00" and not changed[at + 345]
+    changed[at + 345] = ord("0")
+    changed[at + 264] = 0
+    rewrites["prefix"] = bytes(changed)
+    rewrites["other"] = shard_of([1000, 10, 300, 600, 1500, 20], ["a", "b", "c", "d", "e", "f"])
+    return rewrites
+
+
+@pytest.mark.parametrize("change", ["data", "key", "field", "size", "prefix", "other"])
+def test_a_shard_rewritten_in_place_is_read_as_it_now_is_never_as_it_was(
+    tmp_path: Path, change: str
+) -> None:
+    """Rewritten with its size and modification time restored, so that its offsets are
+    trusted still: each sample is what a parse of the bytes now at its place gives (the new
+    sample, or an error), whether it had a layout or not."""
+    path = tmp_path / "s.tar"
+    data = shard_of([10, 1000, 600, 300, 20, 1500])
+    path.write_bytes(data)
+    new = same_sum_rewrites(data)[change]
+    assert len(new) == len(data) and new != data
+    ds = wds.ShardListDataset([{"url": str(path), "nsamples": 6}])
+    before = streamed([path])
+    for i in range(6):  # every sample read, its layout kept, and read again by it
+        assert plain(ds[i]) == plain(ds[i]) == before[i]
+    assert [reader_of(ds).members(i) for i in range(6)] == [2] * 6
+    info = path.stat()
+    with open(path, "r+b") as file:
+        file.write(new)
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+    fresh = wds.ShardListDataset([{"url": str(path), "nsamples": 6}])  # its sidecar trusted
+    for dataset in (ds, fresh, ds):
+        for i in random.Random(change).sample(range(6), 6):
+            expected = as_parsed(path, ds.shards.offsets(0), i)
+            got = served(dataset, i)
+            assert (got if isinstance(got, type) else plain(got)) == (
+                expected if isinstance(expected, type) else plain(expected)
+            ), (change, i)
+    if change == "data":  # headers alike: still read by the layouts, the new bytes served
+        assert [reader_of(ds).members(i) for i in range(6)] == [2] * 6
+        assert ds[0]["bin"] == new[BLOCK : BLOCK + 10] != data[BLOCK : BLOCK + 10]
+    else:
+        changed = {"key": [3], "field": [4], "size": [1], "prefix": [2], "other": range(6)}[change]
+        assert all(reader_of(ds).members(i) == UNPLAIN for i in changed)
+    if change == "size":  # the served field is the 888 bytes the header now says
+        assert len(ds[1]["bin"]) == 888
+
+
+def test_a_shard_cut_under_an_open_dataset_is_an_error_after_its_layouts(tmp_path: Path) -> None:
+    path = tmp_path / "s.tar"
+    data = shard_of([10, 1000, 600])
+    path.write_bytes(data)
+    ds = wds.ShardListDataset([{"url": str(path), "nsamples": 3}], sidecars=False)
+    before = [ds[i] for i in range(3)]
+    start, _ = ds.shards.offsets(0).span(2)
+    with open(path, "r+b") as file:
+        file.truncate(start + 700)
+    assert ds[0] == before[0]
+    with pytest.raises(wds.TruncatedShardError, match=f"ends at byte {start + 700}.*sample 2"):
+        ds[2]
+
+
+def test_threads_learn_each_layout_once(tmp_path: Path) -> None:
+    shard = write_shards(tmp_path, [300], fields=3)[0]
+    ds = wds.ShardListDataset([{"url": str(shard), "nsamples": 300}], sidecars=False)
+    expected = streamed([shard])
+    results: list[bool] = []
+
+    def read(seed: int) -> None:
+        order = random.Random(seed).sample(range(300), 300)
+        results.append(all(plain(ds[i]) == expected[i] for i in order * 2))
+
+    threads = [threading.Thread(target=read, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [True] * 4
+    reader = reader_of(ds)
+    assert [reader.members(i) for i in range(300)] == [3] * 300
+    assert len(reader.begins) == 900  # learned once each
+
+
+def test_layouts_take_8_bytes_a_sample_and_14_a_member_of_an_open_shard(tmp_path: Path) -> None:
+    shard = write_shards(tmp_path, [1500])[0]
+    ds = wds.ShardListDataset([{"url": str(shard), "nsamples": 1500}], lru_size=1)
+    reader = reader_of(ds)
+    assert reader.layout_bytes() == 8 * 2  # nothing a sample until one is read
+    ds[1200]
+    assert reader.layout_bytes() == 8 * 2 + 8 * 1024 + 14 * 2  # its block of 1,024 samples
+    for i in range(1500):
+        ds[i]
+    assert reader.layout_bytes() == 8 * 2 + 8 * 2048 + 14 * 3000
+    assert reader.names == ["bin", "cls"]
+    other = write_shards(tmp_path / "other", [2])[0]
+    ds = wds.ShardListDataset(
+        [{"url": str(shard), "nsamples": 1500}, {"url": str(other), "nsamples": 2}], lru_size=1
+    )
+    ds[0]
+    first = reader_of(ds, 0)
+    ds[1500]  # the first shard is closed, its layouts let go
+    assert reader_of(ds, 0) is not first and reader_of(ds, 0).members(0) == 0
+
+
 # --- decoding, pickling ---------------------------------------------------------------------
 
 
@@ -683,11 +917,12 @@ def test_ranged_reads_fetch_one_range_a_sample(range_server: RangeServer, tmp_pa
     index_url, shards = remote_dataset(range_server, counts)
     expected = streamed(shards)
     ds = wds.ShardListDataset(index_url, ranged=True)
-    assert [ds[i]["bin"] for i in (3, 0, 4)] == [expected[i]["bin"] for i in (3, 0, 4)]
+    assert [ds[i]["bin"] for i in (3, 0, 4, 3)] == [expected[i]["bin"] for i in (3, 0, 4, 3)]
     shard_requests = [r for name, r in range_server.requests if name == "s-0.tar"]
     # the first block (the size), one streamed walk (no sidecar anywhere), then one range each
     assert shard_requests[0] == "bytes=0-511" and shard_requests[1] is None
-    assert len(shard_requests) == 2 + 3 and all(r and r.count("-") for r in shard_requests[2:])
+    assert len(shard_requests) == 2 + 4 and all(r and r.count("-") for r in shard_requests[2:])
+    assert reader_of(ds).members(3) == 2  # read again by its layout
     # With the sidecar uploaded beside the shard, no walk: the sidecar is fetched instead.
     wds.ShardListDataset([{"url": str(shards[0]), "nsamples": 5}])[0]  # writes the sidecar
     range_server.requests.clear()

@@ -3,7 +3,8 @@
 
 Sample ``i`` is the ``i``-th in shard order: the shards in the index's order, the samples of
 each in the order the streaming readers give them. Reading it is one positioned read of its
-bytes (:mod:`wdspipes.read.offsets`):
+bytes (:mod:`wdspipes.read.offsets`), parsed the first time and then made into the sample by
+its layout, kept while its shard is open (:mod:`wdspipes.read.shard_reader`):
 
 - **local shards** are opened once (at most ``lru_size`` at a time, the least recently used
   closed first) and read with ``os.pread``; their offsets come from the sidecar beside them,
@@ -31,17 +32,16 @@ sidecars again); forked workers share them, which ``pread`` allows.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
-import copy
 import logging
 import operator
 import os
 import threading
 import time
+from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from wdspipes.errors import (
     IndexMismatchError,
@@ -59,13 +59,13 @@ from wdspipes.read.offsets import (
     SIDECAR_SUFFIX,
     ShardOffsets,
     parse_sidecar,
-    read_sample,
     read_sidecar,
     scan_offsets,
     sidecar_limit,
     sidecar_path,
     write_sidecar,
 )
+from wdspipes.read.shard_reader import ShardReader, Source, problem
 
 __all__ = ["IndexedShards"]
 
@@ -126,11 +126,14 @@ class IndexedShards:
         self.ignore_zeros = ignore_zeros
         self.storage_options = storage_options
         self.commands = commands
-        self.ends: list[int] = []
+        self.firsts: list[int] = []  # the index of each shard's first sample
+        self.ends: list[int] = []  # and of the sample after its last
         total = 0
         for entry in self.entries:
+            self.firsts.append(total)
             total += entry.samples
             self.ends.append(total)
+        self.total = total
         self._setup()
 
     def _open_url(self, url: str) -> ByteStream:
@@ -141,7 +144,7 @@ class IndexedShards:
         )
 
     def _setup(self) -> None:
-        self._open: OrderedDict[int, _Shard] = OrderedDict()
+        self._open: OrderedDict[int, ShardReader] = OrderedDict()
         self._offsets: dict[int, ShardOffsets] = {}
         self._lock = threading.Lock()
 
@@ -156,23 +159,10 @@ class IndexedShards:
         self._setup()
 
     def __len__(self) -> int:
-        return self.ends[-1] if self.ends else 0
+        return self.total
 
     def __repr__(self) -> str:
         return f"IndexedShards({len(self.entries)} shards, {len(self)} samples)"
-
-    def locate(self, index: int) -> tuple[int, int]:
-        """The shard of sample ``index`` (its number in the index) and its number there.
-
-        Raises:
-            IndexError: ``index`` is out of range (negative indices count from the end).
-        """
-        total = len(self)
-        position = index + total if index < 0 else index
-        if not 0 <= position < total:
-            raise IndexError(f"sample index {index} out of range: the shards hold {total}")
-        shard = bisect.bisect_right(self.ends, position)
-        return shard, position - (self.ends[shard - 1] if shard else 0)
 
     def __getitem__(self, index: int) -> Sample:
         """Sample ``index``: ``__key__``, ``__url__``, ``__index__`` (``index``),
@@ -184,31 +174,36 @@ class IndexedShards:
             WdsError: the sample cannot be read; the error names the URL, the index and the
                 byte offset.
         """
-        index = operator.index(index)
-        shard, inner = self.locate(index)
-        if index < 0:
-            index += len(self)
+        if type(index) is not int:
+            index = operator.index(index)
+        total = self.total
+        position = index + total if index < 0 else index
+        if not 0 <= position < total:
+            raise IndexError(f"sample index {index} out of range: the shards hold {total}")
+        shard = bisect_right(self.ends, position)
+        inner = position - self.firsts[shard]
         try:
             reader = self.shard(shard)
         except WdsError as exn:
-            exn.add_detail(f"reading sample {index} (sample {inner} of the shard)")
+            exn.add_detail(f"reading sample {position} (sample {inner} of the shard)")
             raise
-        return reader.sample(inner, index)
+        return reader.sample(inner, position)
 
-    def shard(self, number: int) -> _Shard:
+    def shard(self, number: int) -> ShardReader:
         """The reader of shard ``number``, opened (and checked against its entry) on first
         use; the least recently used beyond ``lru_size`` are closed."""
         opened = self._open
-        reader = opened.get(number)  # a lookup and a move are atomic: no lock to find one
-        if reader is not None:
-            with contextlib.suppress(KeyError):  # let go by another thread meanwhile
-                opened.move_to_end(number)
+        try:  # a lookup and a move are atomic: no lock to find one
+            reader = opened[number]
+            opened.move_to_end(number)
             return reader
+        except KeyError:  # not open, or let go by another thread meanwhile
+            pass
         reader = self._make_reader(number)
         with self._lock:
             self._open[number] = reader
             while len(self._open) > self.lru_size:
-                # Closed once no sample read holds it any more (see _Shard.__del__).
+                # Closed once no sample read holds it any more (see LocalRanges.__del__).
                 self._open.popitem(last=False)
         return reader
 
@@ -221,7 +216,7 @@ class IndexedShards:
         with self._lock:
             self._open.clear()
 
-    def _make_reader(self, number: int) -> _Shard:
+    def _make_reader(self, number: int) -> ShardReader:
         """A reader of shard ``number``. A shard that cannot be opened or fetched raises (and
         is tried again at the next read); one that is damaged or does not match its entry
         gives a reader that says so for the samples it cannot serve."""
@@ -234,7 +229,7 @@ class IndexedShards:
 
     # --- local shards ----------------------------------------------------------------------
 
-    def _local(self, entry: ShardEntry, number: int) -> _Shard:
+    def _local(self, entry: ShardEntry, number: int) -> ShardReader:
         path = reading_path(entry.url) or entry.url
         file = LocalRanges.open(path, entry.url)
         fd = file.fd
@@ -277,7 +272,7 @@ class IndexedShards:
 
     # --- remote shards, through the cache --------------------------------------------------
 
-    def _cached(self, entry: ShardEntry, number: int) -> _Shard:
+    def _cached(self, entry: ShardEntry, number: int) -> ShardReader:
         if self.cache is None:
             raise ShardOpenError(
                 "a remote shard is read by index from a local copy: give cache_dir= (it is "
@@ -354,17 +349,19 @@ class IndexedShards:
             write_sidecar(place, offsets)
         return offsets
 
-    def _damaged_remote(self, entry: ShardEntry, offsets: ShardOffsets) -> _Shard:
+    def _damaged_remote(self, entry: ShardEntry, offsets: ShardOffsets) -> ShardReader:
         """A damaged remote shard is not cached: the samples before the damage are read by
         ranges where the URL has them; otherwise none are."""
         if not has_ranges(entry.url):
-            return _Shard(entry, offsets, None, self.ignore_zeros, _all_damaged(entry, offsets))
+            return ShardReader(
+                entry, offsets, None, self.ignore_zeros, _all_damaged(entry, offsets)
+            )
         reader = open_ranges(entry.url, self.storage_options)
-        return _Shard(entry, offsets, reader, self.ignore_zeros)
+        return ShardReader(entry, offsets, reader, self.ignore_zeros)
 
     # --- remote shards, by ranges ----------------------------------------------------------
 
-    def _ranged(self, entry: ShardEntry, number: int) -> _Shard:
+    def _ranged(self, entry: ShardEntry, number: int) -> ShardReader:
         reader = open_ranges(entry.url, self.storage_options)
         offsets = self._offsets.get(number)
         if offsets is None:
@@ -416,7 +413,7 @@ class IndexedShards:
 
     # --- checks ----------------------------------------------------------------------------
 
-    def _checked(self, entry: ShardEntry, offsets: ShardOffsets, source: _Source) -> _Shard:
+    def _checked(self, entry: ShardEntry, offsets: ShardOffsets, source: Source) -> ShardReader:
         """A reader of the shard, refusing every sample if it is whole but not what its entry
         says."""
         refusal = None
@@ -433,105 +430,14 @@ class IndexedShards:
                     "with wdspipes index)",
                     url=entry.url,
                 )
-        return _Shard(entry, offsets, source, self.ignore_zeros, refusal)
-
-
-class _Source(Protocol):
-    def read_range(self, start: int, size: int) -> bytes: ...
-
-
-class _Shard:
-    """One shard open for reading samples: its entry, offsets and source of bytes, or the
-    error that refuses its samples."""
-
-    def __init__(
-        self,
-        entry: ShardEntry,
-        offsets: ShardOffsets,
-        source: _Source | None,
-        ignore_zeros: bool,
-        refusal: WdsError | None = None,
-    ) -> None:
-        self.entry = entry
-        self.offsets = offsets
-        self.source = source
-        self.ignore_zeros = ignore_zeros
-        self._refusal = refusal
-
-    @property
-    def refusal(self) -> WdsError:
-        """A new copy of the error that refuses this shard's samples."""
-        error = self._refusal
-        assert error is not None
-        fresh = copy.copy(error)  # its class, message and location, and a traceback of its own
-        fresh.__cause__ = error.__cause__
-        return fresh
-
-    def sample(self, inner: int, index: int) -> Sample:
-        """Sample ``inner`` of the shard, sample ``index`` of the dataset."""
-        offsets = self.offsets
-        if self._refusal is not None:
-            raise self._located(self.refusal, inner, index)
-        assert self.source is not None
-        if inner >= offsets.samples:
-            raise self._past_damage(offsets, inner, index)
-        try:
-            sample = read_sample(
-                self.source.read_range,
-                offsets,
-                self.entry.url,
-                inner,
-                index,
-                ignore_zeros=self.ignore_zeros,
-            )
-            if self.entry.dataset is not None:
-                sample["__dataset__"] = self.entry.dataset
-            return sample
-        except WdsError as exn:
-            self._located(exn, inner, index)
-            raise
-
-    def _located(self, error: WdsError, inner: int, index: int) -> WdsError:
-        error.add_detail(f"reading sample {index} (sample {inner} of the shard)")
-        return error
-
-    def _past_damage(self, offsets: ShardOffsets, inner: int, index: int) -> WdsError:
-        damage = offsets.damage
-        if damage is None:  # the index says more samples than the shard has: refused above
-            return ShardError(f"no sample {inner} in the shard", url=self.entry.url)
-        error = type(damage)(
-            f"sample {index} (sample {inner} of the shard) cannot be read: the shard is "
-            f"damaged at byte {damage.offset} ({_problem(damage)}); the {offsets.samples} "
-            "samples before the damage can be read",
-            url=self.entry.url,
-            offset=damage.offset,
-        )
-        error.__cause__ = damage
-        return error
-
-
-def _problem(error: WdsError) -> str:
-    """An error's message without the location prefix."""
-    text = str(error)
-    prefix = ", ".join(
-        part
-        for part in (
-            error.url,
-            None if error.member is None else f"member {error.member!r}",
-            None if error.key is None else f"key {error.key!r}",
-            None if error.field is None else f"field {error.field!r}",
-            None if error.offset is None else f"at byte {error.offset}",
-        )
-        if part is not None
-    )
-    return text[len(prefix) + 2 :] if prefix and text.startswith(prefix + ": ") else text
+        return ShardReader(entry, offsets, source, self.ignore_zeros, refusal)
 
 
 def _all_damaged(entry: ShardEntry, offsets: ShardOffsets) -> WdsError:
     damage = offsets.damage
     assert damage is not None
     error = type(damage)(
-        f"the shard is damaged ({_problem(damage)}) and cannot be read by ranges, so it is "
+        f"the shard is damaged ({problem(damage)}) and cannot be read by ranges, so it is "
         "not read by index",
         url=entry.url,
         offset=damage.offset,

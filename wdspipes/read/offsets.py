@@ -9,10 +9,11 @@ one walk over the shard's headers (:func:`scan_offsets`) and kept as one ``array
 shard: 8 bytes a sample, so the offsets of 10 million samples take 80 MB.
 
 Reading sample ``i`` is then one positioned read of those bytes (``os.pread`` of a local file,
-one ranged request of a remote one) and a parse of the headers in them
-(:func:`sample_members`): plain headers inline, anything else (long names, PAX records) by
-the tar walk over the bytes read, so that every archive the streaming readers read gives the
-same samples here.
+one ranged request of a remote one) and, the first time, a parse of the headers in them
+(:func:`parse_sample`): plain headers inline, anything else (long names, PAX records) by the
+tar walk over the bytes read, so that every archive the streaming readers read gives the same
+samples here. The reader of an open shard keeps what the parse found of a plain sample and
+reads it again without parsing (:mod:`wdspipes.read.shard_reader`).
 
 **Sidecars.** The offsets are also kept in a small file beside the shard, ``NAME.wdsidx``
 (:func:`sidecar_path`), or in the shard cache, so that the next process does not walk the
@@ -56,7 +57,6 @@ import tempfile
 import warnings
 import zlib
 from array import array
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,11 +77,12 @@ from wdspipes.read.walk import BLOCK, TarWalk, plain_members
 __all__ = [
     "SIDECAR_SUFFIX",
     "ShardOffsets",
-    "read_sample",
+    "parse_sample",
     "read_sidecar",
     "sample_dict",
     "sample_members",
     "scan_offsets",
+    "short_read",
     "sidecar_limit",
     "sidecar_path",
     "write_sidecar",
@@ -265,8 +266,9 @@ def sample_members(
     return [(name, data) for name, data, _, _ in walk.members()]
 
 
-def read_sample(
-    read: Callable[[int, int], bytes],
+def parse_sample(
+    chunk: bytes,
+    start: int,
     offsets: ShardOffsets,
     url: str,
     inner: int,
@@ -274,26 +276,28 @@ def read_sample(
     *,
     ignore_zeros: bool = False,
 ) -> dict[str, Any]:
-    """Sample ``inner`` of shard ``url`` (sample ``index`` of a dataset): one positioned read
-    of its bytes, ``read(start, size)``, its members parsed (:func:`sample_members`) and made
+    """Sample ``inner`` of shard ``url`` (sample ``index`` of a dataset) from its bytes
+    ``chunk``, read from offset ``start``: its members parsed (:func:`sample_members`) and made
     into the sample the grouper makes (:func:`sample_dict`).
 
     Raises:
         TarFormatError, TruncatedShardError: the bytes are not whole tar members of one
-            sample, or the shard ends early (the error names the offset in the shard).
+            sample (the error names the offset in the shard).
         DuplicateFieldError: a field occurs twice.
     """
-    start, end = offsets.span(inner)
-    chunk = read(start, end - start)
-    if len(chunk) != end - start:
-        raise TruncatedShardError(
-            f"the shard ends at byte {start + len(chunk)}, inside the sample that ends at byte "
-            f"{end}: was it changed since its offsets were found?",
-            url=url,
-            offset=start + len(chunk),
-        )
     members = sample_members(chunk, start, offsets, url, inner, ignore_zeros=ignore_zeros)
     return sample_dict(members, url, start, index, inner)
+
+
+def short_read(url: str, start: int, got: int, end: int) -> TruncatedShardError:
+    """The error for a read of the sample in bytes ``start`` to ``end`` that got ``got``
+    bytes: the shard is shorter than its offsets say."""
+    return TruncatedShardError(
+        f"the shard ends at byte {start + got}, inside the sample that ends at byte {end}: "
+        "was it changed since its offsets were found?",
+        url=url,
+        offset=start + got,
+    )
 
 
 def _ends_at_chunk(problem: str) -> None:
