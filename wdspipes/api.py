@@ -38,6 +38,7 @@ from wdspipes.errors import (
 )
 from wdspipes.io import ShardStream, open_url, shard_url
 from wdspipes.io.opener import ShardOpener, url_opener
+from wdspipes.io.readahead import ReadAhead, ReadStats
 from wdspipes.pipeline import (
     DataPipeline,
     IterableSource,
@@ -132,6 +133,8 @@ __all__ = [
     "RandomInterleaver",
     "RandomMix",
     "RandomResizedCrop",
+    "ReadAhead",
+    "ReadStats",
     "Renamer",
     "ResampledShards",
     "ResumeError",

@@ -19,6 +19,7 @@ from wdspipes.core.datapipe import StageDataPipe
 from wdspipes.errors import Handler, ResumeError, reraise_exception
 from wdspipes.io import ShardItem, ShardOpener
 from wdspipes.io.cache import DEFAULT_CACHE_SIZE, CacheDir, StorageOptions, opener_options
+from wdspipes.io.readahead import ReadAhead
 from wdspipes.read.grouping import SampleGrouper
 from wdspipes.read.shards import ShardList, ShardResampler, ShardSplit
 from wdspipes.read.specs import ShardSpec
@@ -323,19 +324,21 @@ def tarfile_to_samples(
     storage_options: StorageOptions | None = None,
     ignore_zeros: bool = False,
     strict_end: bool = False,
+    readahead: ReadAhead | bool = True,
 ) -> Stage:
     """Shard URLs to samples: ``open_shards().load_tar().group_samples()``, one handler for all.
 
-    ``cache_dir``, ``cache_size`` and ``storage_options`` go to the opener (see
+    ``cache_dir``, ``cache_size``, ``storage_options`` and ``readahead`` go to the opener (see
     :class:`~wdspipes.io.ShardOpener`): with a ``cache_dir``, remote shards are cached there
-    and samples carry ``__local_path__``. ``ignore_zeros`` and ``strict_end`` go to the tar
-    loader (see :class:`~wdspipes.read.tar.TarLoader`): read on past zero blocks, as in archives
-    joined with ``cat``; refuse a shard without its end-of-archive marker.
+    and samples carry ``__local_path__``; ``readahead=False`` turns read-ahead off.
+    ``ignore_zeros`` and ``strict_end`` go to the tar loader (see
+    :class:`~wdspipes.read.tar.TarLoader`): read on past zero blocks, as in archives joined with
+    ``cat``; refuse a shard without its end-of-archive marker.
 
     >>> tarfile_to_samples()
     _tarfile_to_samples(handler=<function reraise_exception at ...>)
     """
-    options = opener_options(cache_dir, cache_size, storage_options)
+    options = opener_options(cache_dir, cache_size, storage_options, readahead)
     if ignore_zeros:
         options["ignore_zeros"] = True
     if strict_end:
@@ -355,6 +358,7 @@ def WebDataset(
     storage_options: StorageOptions | None = None,
     ignore_zeros: bool = False,
     strict_end: bool = False,
+    readahead: ReadAhead | bool = True,
 ) -> SampleGrouper:
     """The usual pipeline from shard URLs to samples, split among ranks and workers.
 
@@ -392,6 +396,9 @@ def WebDataset(
             writer never closed) is a :class:`~wdspipes.errors.TruncatedShardError`; by
             default its samples are read and a :class:`~wdspipes.errors.NoEndMarkerWarning`
             names it, as GNU tar and webdataset read it.
+        readahead: read remote shards ahead, in the background, within the bounds of a
+            :class:`~wdspipes.io.readahead.ReadAhead` (True: the defaults, at most 64 MiB and
+            8 connections per reader); False for none. See :mod:`wdspipes.io.readahead`.
 
     Returns:
         A DataPipe of sample dicts; chain further stages on it (``.decode(...)`` etc.).
@@ -418,7 +425,7 @@ def WebDataset(
     elif shardshuffle:
         bufsize = len(shards) if shardshuffle is True else int(shardshuffle)
         shards = BufferShuffler(shards, bufsize=bufsize, initial=bufsize, seed=seed)
-    options = opener_options(cache_dir, cache_size, storage_options)
+    options = opener_options(cache_dir, cache_size, storage_options, readahead)
     options["local_path"] = True  # as webdataset's WebDataset, which tarfile_to_samples is not
     return _tarfile_to_samples(
         ShardingFilterIterDataPipe(shards),

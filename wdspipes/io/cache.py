@@ -220,6 +220,7 @@ class Located:
     def __init__(self, stream: ByteStream, local_path: str | None) -> None:
         self.stream = stream
         self.read = stream.read
+        self.read1 = getattr(stream, "read1", stream.read)
         self.close = stream.close
         self.local_path = local_path
 
@@ -251,7 +252,17 @@ class CacheWriter:
             self._give_up(exn)
 
     def read(self, size: int = -1, /) -> bytes:
-        data = self._source.read(size)
+        return self._tee(self._source.read(size), size)
+
+    def read1(self, size: int = -1, /) -> bytes:
+        """What the source's ``read1`` gives (its ``read`` if it has none; at most 256 KiB if
+        ``size`` is negative), teed."""
+        size = _WRITE_BUFFER if size < 0 else size
+        read1 = getattr(self._source, "read1", self._source.read)
+        return self._tee(read1(size), size)
+
+    def _tee(self, data: bytes, size: int) -> bytes:
+        """Write ``data``, read for ``size``, to the temporary file; note the end."""
         if data:
             if self._file is not None:
                 try:
@@ -491,12 +502,13 @@ def opener_options(
     cache_dir: CacheDir | None = None,
     cache_size: int | None = DEFAULT_CACHE_SIZE,
     storage_options: StorageOptions | None = None,
+    readahead: object = True,
 ) -> dict[str, object]:
-    """The cache and store keywords of ``ShardOpener`` that differ from their defaults, so
-    that a curried stage shows only what was asked for.
+    """The cache, store and read-ahead keywords of ``ShardOpener`` that differ from their
+    defaults, so that a curried stage shows only what was asked for.
 
-    >>> opener_options(cache_dir="c", storage_options=None)
-    {'cache_dir': 'c'}
+    >>> opener_options(cache_dir="c", storage_options=None, readahead=False)
+    {'cache_dir': 'c', 'readahead': False}
     """
     options: dict[str, object] = {}
     if cache_dir is not None:
@@ -505,4 +517,6 @@ def opener_options(
         options["cache_size"] = cache_size
     if storage_options is not None:
         options["storage_options"] = storage_options
+    if readahead is not True:
+        options["readahead"] = readahead
     return options

@@ -9,12 +9,14 @@ status 141 (killed by SIGPIPE) is not a failure. No child outlives its stream as
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import signal
 import subprocess
 
 from wdspipes.errors import CommandError
+from wdspipes.io.cancel import on_cancel
 from wdspipes.io.local import BUFFER_SIZE
 
 __all__ = ["PipeStream", "describe_status", "end_group", "open_pipe"]
@@ -22,6 +24,7 @@ __all__ = ["PipeStream", "describe_status", "end_group", "open_pipe"]
 log = logging.getLogger(__name__)
 
 _OK_STATUS = frozenset({0, 141, -signal.SIGPIPE})
+_READ1_SIZE = 1 << 18  # most bytes one read1 asks for (what it allocates)
 _TERMINATE_GRACE = 2.0
 
 
@@ -41,7 +44,9 @@ class PipeStream:
         assert self._process.stdout is not None  # guaranteed by stdout=PIPE
         self._stdout = self._process.stdout
         self._at_end = False
+        self._aborted = False
         self.closed = False
+        on_cancel(self.abort)
 
     def read(self, size: int = -1, /) -> bytes:
         data = self._stdout.read(size)
@@ -49,13 +54,28 @@ class PipeStream:
             self._at_end = True
         return data
 
+    def read1(self, size: int = -1, /) -> bytes:
+        """Up to ``size`` bytes (at most 256 KiB), as soon as the command has written any;
+        empty at the end."""
+        stdout: io.BufferedReader = self._stdout  # type: ignore[assignment]  # bufsize > 0
+        data = stdout.read1(_READ1_SIZE if size < 0 else min(size, _READ1_SIZE))
+        if not data and size != 0:
+            self._at_end = True
+        return data
+
+    def abort(self) -> None:
+        """End the command's group from another thread (a read waiting for it then ends); its
+        status is not looked at. Close the stream after."""
+        self._aborted = True
+        end_group(self._process, self.command)
+
     def close(self) -> None:
         """Close the output and reap the command; raise if it failed after writing everything."""
         if self.closed:
             return
         self.closed = True
         self._stdout.close()
-        if not self._at_end:
+        if not self._at_end or self._aborted:
             self._end_early()
             return
         status = self._process.wait()
