@@ -358,6 +358,26 @@ def test_info_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert err == f"wdspipes: error: 1 of 2 shards with problems: {tmp_path / 'bad.tar'}\n"
 
 
+def test_info_bench_times_reading_and_says_where_the_time_went(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = write_shards(tmp_path, nshards=3, samples_per_shard=4)
+    spec = f"pipe:cat {tmp_path}/shard-{{000..002}}.tar"
+    assert main(["info", "--bench", "--json", spec]) == 0
+    report = json.loads(capsys.readouterr().out)["bench"]
+    assert report["shards"] == 3 and report["samples"] == 12 and report["members"] == 24
+    assert report["bytes"] == sum(os.path.getsize(p) for p in paths)
+    assert 0 <= report["waited"] <= report["seconds"] and report["first_sample"] > 0
+    assert report["verdict"].startswith(("I/O bound", "not I/O bound"))
+    assert main(["info", "--bench", "--connections", "0", spec]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r"read 3 shards, 0\.0 MB, 12 samples in .* s: .* MB/s, .*", out[0])
+    assert re.fullmatch(r"first sample after .* s", out[1])
+    assert out[2:] == ["read-ahead off: waits not measured"]
+    assert main(["info", "--connections", "2", spec]) == 2  # a usage error
+    assert "--connections goes with --bench" in capsys.readouterr().err
+
+
 # --- start-up ----------------------------------------------------------------------------
 
 # Runs the command as the entry point does, then says whether torch was loaded.
@@ -388,6 +408,7 @@ def test_help_create_and_info_start_without_torch(tmp_path: Path) -> None:
         ["create", long_name, "src"],
         ["info", long_name],
         ["index", long_name, "-o", "index.json"],
+        ["info", "--bench", f"pipe:cat {long_name}"],
     ):
         result = run_watched(*args, cwd=tmp_path)
         assert result.returncode == 0, (args, result.stderr)

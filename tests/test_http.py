@@ -22,6 +22,7 @@ The waits between retries are recorded, not slept.
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 import random
 import socket
@@ -43,6 +44,7 @@ from torch.utils.data import DataLoader
 import wdspipes as wds
 from wdspipes.io import http
 from wdspipes.io.http import HttpStatusError, close_connections, open_ais, open_http
+from wdspipes.io.readahead import ReadAhead
 
 Sample = dict[str, Any]
 
@@ -68,6 +70,7 @@ class ShardServer(ThreadingHTTPServer):
     """
 
     daemon_threads = True
+    request_queue_size = 64  # read-ahead connects many at once: no SYN may be dropped
 
     def __init__(self, root: Path) -> None:
         super().__init__(("127.0.0.1", 0), ShardHandler)
@@ -76,15 +79,18 @@ class ShardServer(ThreadingHTTPServer):
         self.requests: list[Request] = []
         self.statuses: list[int] = []  # answered first, one per request
         self.always_status: int | None = None
-        self.drops: list[int] = []  # body offsets to stop at and close, each once
+        self.drops: list[int] = []  # body offsets to stop at and close, each once, in order
         self.always_drop: int | None = None  # a body offset no response gets past
+        self.drop_ranged_only = False  # only responses to a Range request drop
         self.reset = False  # drop with a TCP reset instead of a close
         self.ignore_range = False
         self.chunked = False  # Transfer-Encoding: chunked, no Content-Length
         self.range_shift = 0  # answer a Range request from this many bytes earlier
         self.stall_headers = 0  # requests answered only once `release` is set
+        self.stall_paths: set[str] = set()  # every request of these, the same
         self.stall_body_at: int | None = None  # once: stop sending there until `release`
         self.etags: list[str] = []  # per request; the last one stays
+        self.accept_ranges = False  # say so: read-ahead then reads large shards in ranges
         self.release = threading.Event()
         self.active = 0  # connections open: handling a request or kept alive
         self.errors: list[BaseException | None] = []  # raised while handling requests
@@ -93,15 +99,23 @@ class ShardServer(ThreadingHTTPServer):
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
 
-    def ranges(self) -> list[str | None]:
-        return [request.range for request in self.requests]
+    def ranges(self, path: str | None = None) -> list[str | None]:
+        """The Range header of each request (of ``path`` only, if given), in order."""
+        return [r.range for r in self.requests if path is None or r.path == path]
 
-    def drop_point(self, start: int, length: int) -> int | None:
+    def paths(self) -> list[str]:
+        return [request.path for request in self.requests]
+
+    def drop_point(self, start: int, length: int, ranged: bool) -> int | None:
+        """Where to cut the response of bytes ``[start, length)``: the first drop there."""
         with self.lock:
+            if self.drop_ranged_only and not ranged:
+                return None
             if self.always_drop is not None and start <= self.always_drop < length:
                 return self.always_drop
-            if self.drops and start <= self.drops[0] < length:
-                return self.drops.pop(0)
+            for index, drop in enumerate(self.drops):
+                if start <= drop < length:
+                    return self.drops.pop(index)
         return None
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -150,6 +164,7 @@ class ShardHandler(BaseHTTPRequestHandler):
             status = server.statuses.pop(0) if server.statuses else server.always_status
             stall = server.stall_headers > 0
             server.stall_headers -= stall
+            stall = stall or path in server.stall_paths
             etag = (
                 (server.etags.pop(0) if len(server.etags) > 1 else server.etags[0])
                 if server.etags
@@ -182,12 +197,15 @@ class ShardHandler(BaseHTTPRequestHandler):
 
     def send_body(self, data: bytes, etag: str | None) -> None:
         server = self.server
-        length, start = len(data), 0
+        size = length = len(data)  # length: the end of what is sent
+        start = 0
         requested = self.headers.get("Range")
         if requested and not server.ignore_range:
-            start = int(requested.removeprefix("bytes=").removesuffix("-")) - server.range_shift
+            first, _, last = requested.removeprefix("bytes=").partition("-")
+            start = int(first) - server.range_shift
+            length = min(size, int(last) + 1) if last else size
             self.send_response(206)
-            self.send_header("Content-Range", f"bytes {start}-{length - 1}/{length}")
+            self.send_header("Content-Range", f"bytes {start}-{length - 1}/{size}")
         else:
             self.send_response(200)
         if server.chunked:
@@ -196,8 +214,10 @@ class ShardHandler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(length - start))
         if etag is not None:
             self.send_header("ETag", etag)
+        if server.accept_ranges:
+            self.send_header("Accept-Ranges", "bytes")
         self.end_headers()
-        stop = server.drop_point(start, length)
+        stop = server.drop_point(start, length, requested is not None)
         if stop is not None:
             self.write_body(data, start, stop)
             self.close_connection = True
@@ -254,7 +274,7 @@ def server(tmp_path: Path) -> Iterator[ShardServer]:
 def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """The waits between retries, recorded instead of slept."""
     waits: list[float] = []
-    monkeypatch.setattr(http, "_sleep", waits.append)
+    monkeypatch.setattr(http, "_sleep", lambda seconds, stop: waits.append(seconds))
     return waits
 
 
@@ -314,18 +334,27 @@ def read_all(url: str, **options: Any) -> bytes:
 
 
 @pytest.mark.parametrize("chunk_size", [1000, http.CHUNK_SIZE], ids=["small-chunks", "default"])
+@pytest.mark.parametrize("readahead", [True, False], ids=["readahead", "no-readahead"])
 def test_samples_equal_local_reads(
-    server: ShardServer, shards: list[Path], monkeypatch: pytest.MonkeyPatch, chunk_size: int
+    server: ShardServer,
+    shards: list[Path],
+    monkeypatch: pytest.MonkeyPatch,
+    chunk_size: int,
+    readahead: bool,
 ) -> None:
     monkeypatch.setattr(http, "CHUNK_SIZE", chunk_size)
-    samples = wds.WebDataset(f"{server.url}/{SPEC}")
+    samples = wds.WebDataset(f"{server.url}/{SPEC}", readahead=readahead)
     expected = local_samples(shards)
     got = list(samples)
     assert [without_url(sample) for sample in got] == expected
     assert len(expected) == 12 * NSHARDS
     assert got[0]["__url__"] == f"{server.url}/shard-000.tar"
     assert server.ranges() == [None] * NSHARDS
-    assert len({request.port for request in server.requests}) == 1  # one kept-alive connection
+    ports = {request.port for request in server.requests}
+    if readahead:  # the shards ahead were requested at once, on connections of their own
+        assert 1 < len(ports) <= NSHARDS
+    else:
+        assert len(ports) == 1  # one kept-alive connection
 
 
 def test_reads_of_any_size_give_the_bytes_across_drops(
@@ -389,7 +418,7 @@ def test_dataloader_workers_read_on_connections_of_their_own(
     assert got == sorted(local_samples(shards), key=lambda s: s["__key__"])
     worker_ports = {request.port for request in server.requests[1:]}
     assert len(server.requests) == 1 + NSHARDS
-    assert parent_port not in worker_ports and len(worker_ports) == 2
+    assert parent_port not in worker_ports and len(worker_ports) >= 2
     del loader
     assert read_all(f"{server.url}/shard-001.tar") == shards[1].read_bytes()
     assert server.requests[-1].port == parent_port  # the parent's connection still works
@@ -433,7 +462,8 @@ def test_server_ignoring_range_gives_identical_samples(
     server.ignore_range = True
     server.drops = [100, 8000, 200_000]
     assert read_samples(f"{server.url}/{SPEC}") == local_samples(shards)
-    assert server.ranges()[:4] == [None, "bytes=100-", "bytes=8000-", "bytes=200000-"]
+    resumed = sorted(r for r in server.ranges() if r is not None)  # shards read at once
+    assert resumed == ["bytes=100-", "bytes=200000-", "bytes=8000-"]
 
 
 def test_drops_that_make_progress_are_retried_without_end(
@@ -579,14 +609,17 @@ def test_ais_objects_read_through_the_endpoint(
     got = list(wds.WebDataset(urls))
     assert [without_url(sample) for sample in got] == local_samples(shards)
     assert got[0]["__url__"] == urls[0]
-    object_path = "/v1/objects/bucket/dir/a%20b%230.tar"
-    assert [request.path for request in server.requests[:4]] == [
+    resumed = [r.path for r in server.requests if r.range is not None]
+    object_path = resumed[0]  # one shard was dropped at byte 600: the one that got there first
+    assert object_path.startswith("/v1/objects/bucket/dir/a%20b%23")
+    requests = [r for r in server.requests if r.path.endswith(object_path)]
+    assert [request.path for request in requests] == [
         object_path,
         "/target" + object_path,
         object_path,  # the resume goes through the proxy again, with its Range
         "/target" + object_path,
     ]
-    assert server.ranges()[:4] == [None, None, "bytes=600-", "bytes=600-"]
+    assert [request.range for request in requests] == [None, None, "bytes=600-", "bytes=600-"]
 
 
 def test_ais_errors_name_the_ais_url(
@@ -652,3 +685,148 @@ def test_closing_a_stream_early_closes_its_connection(server: ShardServer) -> No
     stream.close()  # the stream is still referenced: closing alone must end the connection
     assert server.wait_idle(), "the server is still sending the abandoned shard"
     assert open_sockets() == before
+
+
+# --- read-ahead ---------------------------------------------------------------------------------
+
+PART = 100_000
+RANGED = ReadAhead(part_size=PART, ranged_above=2 * PART)  # shard-001 is read in 6 ranges
+
+
+def readahead_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("wdspipes-readahead")]
+
+
+def part_ranges(size: int, start: int = PART) -> list[str]:
+    """The Range headers of the parts of a shard of ``size`` bytes read in ranges."""
+    return [f"bytes={a}-{min(a + PART, size) - 1}" for a in range(start, size, PART)]
+
+
+def test_readahead_reads_a_large_shard_in_ranges_in_parallel(
+    server: ShardServer, shards: list[Path]
+) -> None:
+    server.accept_ranges = True
+    size = shards[1].stat().st_size
+    assert size > RANGED.ranged_above  # type: ignore[operator]
+    got = [without_url(s) for s in wds.WebDataset(f"{server.url}/{SPEC}", readahead=RANGED)]
+    assert got == local_samples(shards)
+    ranges = server.ranges("/shard-001.tar")
+    assert ranges[0] is None  # the first part comes from the first GET, the rest in ranges
+    assert sorted(ranges[1:]) == sorted(part_ranges(size))
+    ports = {r.port for r in server.requests if r.path == "/shard-001.tar"}
+    assert len(ports) > 1  # on connections of their own
+
+
+def test_readahead_without_accept_ranges_reads_front_to_back(
+    server: ShardServer, shards: list[Path]
+) -> None:
+    got = [without_url(s) for s in wds.WebDataset(f"{server.url}/{SPEC}", readahead=RANGED)]
+    assert got == local_samples(shards)
+    assert server.ranges() == [None] * NSHARDS
+
+
+def test_dropped_range_resumes_at_the_exact_byte(
+    server: ShardServer, shards: list[Path], sleeps: list[float]
+) -> None:
+    server.accept_ranges = True
+    server.drop_ranged_only = True
+    server.drops = [PART + 12_345, 3 * PART + 1]  # in the second and the fourth part
+    size = shards[1].stat().st_size
+    got = [without_url(s) for s in wds.WebDataset(f"{server.url}/shard-001.tar", readahead=RANGED)]
+    assert got == local_samples(shards[1:2])
+    ranges = server.ranges("/shard-001.tar")
+    resumed = [f"bytes={PART + 12_345}-{2 * PART - 1}", f"bytes={3 * PART + 1}-{4 * PART - 1}"]
+    assert sorted(ranges[1:]) == sorted(part_ranges(size) + resumed)
+    assert ranges.index(resumed[0]) > ranges.index(part_ranges(size)[0])
+    assert len(sleeps) == 2
+
+
+def test_shard_changed_between_ranges_is_an_error(server: ShardServer, shards: list[Path]) -> None:
+    server.accept_ranges = True
+    server.etags = ['"v1"', '"v2"']  # the first answer's, then every later one's
+    with pytest.raises(wds.ShardError, match=r'shard changed on the server: ETag "v2", was "v1"'):
+        list(wds.WebDataset(f"{server.url}/shard-001.tar", readahead=RANGED))
+
+
+def test_readahead_drops_resume_at_the_exact_byte(server: ShardServer, shards: list[Path]) -> None:
+    server.drops = [100, 5000, 70_001, 150_000]  # taken by whichever shards get there first
+    assert read_samples(f"{server.url}/{SPEC}") == local_samples(shards)
+    resumed = sorted(r for r in server.ranges() if r is not None)
+    assert resumed == sorted(f"bytes={offset}-" for offset in (100, 5000, 70_001, 150_000))
+
+
+def big_shards(server: ShardServer, count: int) -> list[str]:
+    """``count`` shards of 4 MiB, more than the socket buffers hold: a server sending one
+    that nobody reads stays busy."""
+    urls = []
+    for shard in range(count):
+        members = ((f"{shard}-{i:04d}.bin", random.Random(i).randbytes(1 << 20)) for i in range(4))
+        (server.root / f"big-{shard}.tar").write_bytes(make_tar(members))
+        urls.append(f"{server.url}/big-{shard}.tar")
+    return urls
+
+
+@pytest.mark.parametrize("stop", ["break", "exception", "islice", "close"])
+def test_stopping_early_leaves_no_thread_socket_or_busy_server(
+    server: ShardServer, stop: str
+) -> None:
+    urls = big_shards(server, 6)
+    before = open_sockets()
+    pipe = wds.WebDataset(urls)
+    if stop == "break":
+        for _ in pipe:
+            break
+    elif stop == "exception":
+        with pytest.raises(RuntimeError, match="stop"):
+            for _ in pipe:
+                raise RuntimeError("stop")
+    elif stop == "islice":
+        got = list(itertools.islice(pipe, 2))
+        assert len(got) == 2
+    else:
+        iterator = iter(pipe)
+        next(iterator)
+        assert readahead_threads()
+        iterator.close()  # type: ignore[attr-defined]
+    assert readahead_threads() == []
+    close_connections()
+    assert server.wait_idle(), "the server is still sending shards nobody reads"
+    assert open_sockets() == before
+
+
+def test_abandoning_shards_that_wait_for_their_first_byte_ends_at_once(
+    server: ShardServer, shards: list[Path]
+) -> None:
+    server.stall_paths = {"/shard-002.tar", "/shard-003.tar"}  # answered once released
+    iterator = iter(wds.WebDataset(f"{server.url}/{SPEC}"))
+    next(iterator)
+    while len([r for r in server.requests if r.path in server.stall_paths]) < 2:
+        time.sleep(0.01)  # both requests wait for their answer
+    closing = threading.Thread(target=iterator.close)  # type: ignore[attr-defined]
+    closing.start()
+    closing.join(60)  # without the aborts, it would wait for the server's release
+    try:
+        assert not closing.is_alive(), "closing waits for requests in flight"
+        assert readahead_threads() == []
+    finally:
+        server.release.set()
+        closing.join()
+
+
+def test_readahead_memory_stays_within_its_bound(server: ShardServer) -> None:
+    urls = big_shards(server, 6)  # 24 MiB
+    config = ReadAhead(max_bytes=3 << 20, part_size=1 << 20)
+    opener = wds.ShardList(urls).open_shards(readahead=config)
+    samples = opener.load_tar().group_samples()
+    count = 0
+    for _ in samples:
+        count += 1
+        time.sleep(0.002)  # a slow reader: the background fills what the bound lets it
+    assert count == 24
+    stats = opener.read_stats
+    assert (
+        stats is not None
+        and stats.shards == 6
+        and stats.bytes == sum((server.root / f"big-{n}.tar").stat().st_size for n in range(6))
+    )
+    assert 0 < stats.peak_bytes <= config.max_bytes + config.part_size

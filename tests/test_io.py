@@ -192,15 +192,16 @@ def test_abandoned_iteration_closes_pipes_and_files(tmp_path: Path) -> None:
         assert "Z" not in child_states().values()
 
 
+@pytest.mark.parametrize("readahead", [False, True], ids=["no-readahead", "readahead"])
 def test_opener_closes_each_stream_when_the_next_is_requested(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, readahead: bool
 ) -> None:
-    opened: list[Recorder] = []
+    opened: dict[str, Recorder] = {}
 
     class Recorder:
         def __init__(self, url: str) -> None:
             self.closed = False
-            opened.append(self)
+            opened[url] = self
 
         def read(self, size: int = -1) -> bytes:
             return b""
@@ -209,13 +210,14 @@ def test_opener_closes_each_stream_when_the_next_is_requested(
             self.closed = True
 
     monkeypatch.setitem(SCHEMES, "test", Recorder)
-    iterator = iter(wds.ShardList("test:{0..2}").open_shards())
+    iterator = iter(wds.ShardList("test:{0..2}").open_shards(readahead=readahead))
     next(iterator)  # the consumer never closes what it gets
     next(iterator)
-    assert [r.closed for r in opened] == [True, False]
+    assert [opened[f"test:{n}"].closed for n in range(2)] == [True, False]
+    assert len(opened) == (3 if readahead else 2)  # the third shard opened ahead, or not yet
     del iterator
     gc.collect()
-    assert [r.closed for r in opened] == [True, True]
+    assert all(r.closed for r in opened.values()) and len(opened) == (3 if readahead else 2)
 
 
 def test_open_errors_go_through_the_handler(tmp_path: Path) -> None:

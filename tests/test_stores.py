@@ -29,6 +29,7 @@ from shardgen import kill_when_ready, make_tar, write_shards
 
 import wdspipes as wds
 from wdspipes.io import open_url
+from wdspipes.io.readahead import ReadAhead
 from wdspipes.io.stores import FIRST_BLOCK_SIZE, fsspec_protocols
 
 fsspec_registry = sys.modules["fsspec.registry"]  # fsspec.registry is also a mapping's name
@@ -300,18 +301,24 @@ def test_forked_workers_read_every_sample_once(
     assert [path.name for path in closed_by.iterdir()] == []
 
 
-def test_first_sample_does_not_wait_for_the_whole_object(s3: Store) -> None:
+@pytest.mark.parametrize("readahead", [False, True], ids=["no-readahead", "readahead"])
+def test_first_sample_does_not_wait_for_the_whole_object(s3: Store, readahead: bool) -> None:
     member = bytes(range(256)) * 400  # 100 KiB
     tar = make_tar((f"{i:04d}.bin", member) for i in range(500))  # 50 MiB
     key = "large.tar"
     s3.client.put_object(Bucket=BUCKET, Key=key, Body=tar)
     options = {"endpoint_url": s3.endpoint}
     before = _Counted.sent
-    samples = iter(wds.WebDataset(f"s3://{BUCKET}/{key}", storage_options=options))
+    url = f"s3://{BUCKET}/{key}"
+    samples = iter(wds.WebDataset(url, storage_options=options, readahead=readahead))
     try:
         assert next(samples)["bin"] == member
         first = _Counted.sent - before
-        assert first < FIRST_BLOCK_SIZE + 64 * 1024  # one small block and a few headers
+        if readahead:  # parts read ahead in parallel, within the bound
+            bound = ReadAhead().max_bytes + ReadAhead().part_size
+            assert ReadAhead().part_size <= first <= bound + 64 * 1024
+        else:
+            assert first < FIRST_BLOCK_SIZE + 64 * 1024  # one small block and a few headers
         assert sum(1 for _ in samples) == 499
         total = _Counted.sent - before
         assert len(tar) < total < len(tar) + 64 * 1024  # each byte fetched once, few requests

@@ -43,6 +43,7 @@ from wdspipes.filters import getfirst, pipelinefilter
 from wdspipes.gopen import gopen
 from wdspipes.io import ShardStream, open_url, shard_url
 from wdspipes.io.opener import ShardOpener
+from wdspipes.io.readahead import ReadAhead, ReadStats
 from wdspipes.pipeline import (
     DataPipeline,
     IterableSource,
@@ -157,6 +158,8 @@ __all__ = [
     "RandomInterleaver",
     "RandomMix",
     "RandomResizedCrop",
+    "ReadAhead",
+    "ReadStats",
     "Renamer",
     "ResampledShards",
     "ResumeError",

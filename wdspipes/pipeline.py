@@ -21,6 +21,7 @@ from wdspipes.errors import Handler, ResumeError, reraise_exception
 from wdspipes.io import ShardItem, ShardOpener
 from wdspipes.io.cache import DEFAULT_CACHE_SIZE, CacheDir, StorageOptions, opener_options
 from wdspipes.io.pipe import Commands
+from wdspipes.io.readahead import ReadAhead
 from wdspipes.read.grouping import SampleGrouper
 from wdspipes.read.shards import ShardList, ShardResampler, ShardSplit
 from wdspipes.read.specs import ShardSpec
@@ -365,20 +366,22 @@ def tarfile_to_samples(
     strict_end: bool = False,
     commands: Commands | None = None,
     max_member_size: int = MAX_MEMBER_SIZE,
+    readahead: ReadAhead | bool = True,
 ) -> Stage:
     """Shard URLs to samples: ``open_shards().load_tar().group_samples()``, one handler for all.
 
-    ``cache_dir``, ``cache_size``, ``storage_options`` and ``commands`` go to the opener (see
-    :class:`~wdspipes.io.ShardOpener`): with a ``cache_dir``, remote shards are cached there
-    and samples carry ``__local_path__``. ``ignore_zeros``, ``strict_end`` and
-    ``max_member_size`` go to the tar loader (see :class:`~wdspipes.read.tar.TarLoader`): read
-    on past zero blocks, as in archives joined with ``cat``; refuse a shard without its
-    end-of-archive marker; the most bytes a member may declare.
+    ``cache_dir``, ``cache_size``, ``storage_options``, ``commands`` and ``readahead`` go to
+    the opener (see :class:`~wdspipes.io.ShardOpener`): with a ``cache_dir``, remote shards are
+    cached there and samples carry ``__local_path__``; ``readahead=False`` turns read-ahead
+    off. ``ignore_zeros``, ``strict_end`` and ``max_member_size`` go to the tar loader (see
+    :class:`~wdspipes.read.tar.TarLoader`): read on past zero blocks, as in archives joined
+    with ``cat``; refuse a shard without its end-of-archive marker; the most bytes a member
+    may declare.
 
     >>> tarfile_to_samples()
     _tarfile_to_samples(handler=<function reraise_exception at ...>)
     """
-    options = opener_options(cache_dir, cache_size, storage_options, commands)
+    options = opener_options(cache_dir, cache_size, storage_options, commands, readahead)
     if ignore_zeros:
         options["ignore_zeros"] = True
     if strict_end:
@@ -402,6 +405,7 @@ def WebDataset(
     strict_end: bool = False,
     commands: Commands | None = None,
     max_member_size: int = MAX_MEMBER_SIZE,
+    readahead: ReadAhead | bool = True,
 ) -> SampleGrouper:
     """The usual pipeline from shard URLs to samples, split among ranks and workers.
 
@@ -445,6 +449,9 @@ def WebDataset(
             are data; ``"never"`` runs none; ``"any"`` runs those of dict items too.
         max_member_size: the most bytes a tar member may declare (default 4 GiB); more is a
             :class:`~wdspipes.errors.MemberTooLargeError`, through ``handler``.
+        readahead: read remote shards ahead, in the background, within the bounds of a
+            :class:`~wdspipes.io.readahead.ReadAhead` (True: the defaults, at most 64 MiB and
+            32 connections per reader); False for none. See :mod:`wdspipes.io.readahead`.
 
     Returns:
         A DataPipe of sample dicts; chain further stages on it (``.decode(...)`` etc.).
@@ -471,7 +478,7 @@ def WebDataset(
     elif shardshuffle:
         bufsize = len(shards) if shardshuffle is True else int(shardshuffle)
         shards = BufferShuffler(shards, bufsize=bufsize, initial=bufsize, seed=seed)
-    options = opener_options(cache_dir, cache_size, storage_options, commands)
+    options = opener_options(cache_dir, cache_size, storage_options, commands, readahead)
     options["local_path"] = True  # as webdataset's WebDataset, which tarfile_to_samples is not
     return _tarfile_to_samples(
         ShardingFilterIterDataPipe(shards),

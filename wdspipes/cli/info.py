@@ -1,7 +1,9 @@
 """``wdspipes info``: what the shards hold, and what is wrong with them.
 
 Each shard is read with wdspipes' own tar reader, so a damaged shard is reported with the byte
-offset of the damage; the shards after it are still read.
+offset of the damage; the shards after it are still read. With ``--bench``, the shards are read
+as a training pipeline reads them instead (through read-ahead), and the command tells how fast,
+and whether the reading waited for the network or for the walk (:func:`bench_shards`).
 
 >>> report = ShardReport("mem.tar")
 >>> for name, offset in [("0.jpg", 0), ("0.cls", 1024), ("1.jpg", 2048), ("0.txt", 3072)]:
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -37,9 +40,18 @@ from wdspipes.errors import DataAfterEndError, WdsError
 from wdspipes.redaction import redact
 
 if TYPE_CHECKING:
+    from wdspipes.io.readahead import ReadAhead
     from wdspipes.io.urls import ByteStream
 
-__all__ = ["FieldStats", "Problem", "ShardReport", "info", "read_shard"]
+__all__ = [
+    "BenchReport",
+    "FieldStats",
+    "Problem",
+    "ShardReport",
+    "bench_shards",
+    "info",
+    "read_shard",
+]
 
 _HEAD = 10  # bytes of a shard needed to recognise its compression
 
@@ -208,6 +220,96 @@ def read_shard(url: str, *, ignore_zeros: bool = False) -> ShardReport:
     return report
 
 
+@dataclass
+class BenchReport:
+    """How fast shards were read, and where the time went (see :func:`bench_shards`)."""
+
+    shards: int = 0
+    bytes: int = 0  # of the shards, as read (compressed, if they are)
+    members: int = 0
+    samples: int = 0
+    seconds: float = 0.0
+    first_sample: float | None = None  # seconds until the first member was read
+    waited: float | None = None  # for the network; None without read-ahead
+
+    @property
+    def mb_per_second(self) -> float:
+        return self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    def verdict(self) -> str:
+        """Whether the reading was I/O bound: it waited for the network more than half the
+        time."""
+        if self.waited is None:
+            return "read-ahead off: waits not measured"
+        if self.waited > self.seconds / 2:
+            return "I/O bound: the reader waited for the network most of the time"
+        return "not I/O bound: the reader waited for the network less than half the time"
+
+    def lines(self) -> list[str]:
+        first = "-" if self.first_sample is None else f"{self.first_sample:.2f} s"
+        rate = self.samples / self.seconds if self.seconds > 0 else 0.0
+        lines = [
+            f"read {counted(self.shards, 'shard')}, {self.bytes / 1e6:,.1f} MB, "
+            f"{counted(self.samples, 'sample')} in {self.seconds:.2f} s: "
+            f"{self.mb_per_second:,.1f} MB/s, {rate:,.0f} samples/s",
+            f"first sample after {first}",
+        ]
+        if self.waited is not None:
+            rest = max(0.0, self.seconds - self.waited)
+            share = self.waited / self.seconds if self.seconds > 0 else 0.0
+            lines[-1] += (
+                f"; waited for the network {self.waited:.2f} s ({share:.0%}), the rest {rest:.2f} s"
+            )
+        lines.append(self.verdict())
+        return lines
+
+    def as_json(self) -> dict[str, Any]:
+        return {**vars(self), "mb_per_second": self.mb_per_second, "verdict": self.verdict()}
+
+
+def bench_shards(urls: Sequence[str], readahead: ReadAhead | None) -> BenchReport:
+    """Read ``urls`` to their ends as a training pipeline does, one reader: opened (and read
+    ahead, with ``readahead``, as ``open_shards`` does), walked as tar archives, members
+    grouped by key. No torch.
+
+    Raises:
+        WdsError: a shard cannot be opened or read.
+    """
+    from wdspipes.io.readahead import Lookahead, Prefetcher
+    from wdspipes.io.urls import close_quietly, open_url
+    from wdspipes.read.walk import iter_tar
+
+    report = BenchReport()
+    items = Lookahead(urls)
+    ahead = None if readahead is None else Prefetcher(readahead, open_url, items, str)
+    began = time.perf_counter()
+    try:
+        for url in items:
+            stream = _Measured(open_url(url) if ahead is None else ahead.open(url))
+            try:
+                key = None
+                for name, *_ in iter_tar(stream, url):
+                    if report.first_sample is None:
+                        report.first_sample = time.perf_counter() - began
+                    report.members += 1
+                    sample = split_name(name)
+                    if sample is not None and sample[0] != key:
+                        key = sample[0]
+                        report.samples += 1
+                stream.close()
+            finally:
+                close_quietly(stream)
+            report.shards += 1
+            report.bytes += stream.size
+    finally:
+        if ahead is not None:
+            ahead.close()
+    report.seconds = time.perf_counter() - began
+    if ahead is not None:
+        report.waited = ahead.stats.waited
+    return report
+
+
 def _file_size(stream: object) -> int | None:
     """The size of a shard opened from a regular file; None for a pipe or standard input."""
     fileno = getattr(stream, "fileno", None)
@@ -228,8 +330,26 @@ def _file_size(stream: object) -> int | None:
     is_flag=True,
     help="Read on past zero blocks, as GNU tar -i: counts archives joined with cat whole.",
 )
+@click.option(
+    "--bench",
+    is_flag=True,
+    help="Time reading the shards as a training pipeline does (with read-ahead): MB/s, and "
+    "the time spent waiting for the network against walking the shards.",
+)
+@click.option(
+    "--connections",
+    type=click.IntRange(min=0),
+    default=None,
+    help="With --bench: read-ahead connections (default 32); 0 turns read-ahead off.",
+)
 @NO_COMMANDS
-def info(shards: Sequence[str], as_json: bool, ignore_zeros: bool) -> None:
+def info(
+    shards: Sequence[str],
+    as_json: bool,
+    ignore_zeros: bool,
+    bench: bool,
+    connections: int | None,
+) -> None:
     """Count the samples, members, fields and bytes of SHARDS and check them for problems.
 
     Problems: keys that come again after other keys (the samples would be split), fields
@@ -240,6 +360,11 @@ def info(shards: Sequence[str], as_json: bool, ignore_zeros: bool) -> None:
     """
     clock = Stopwatch()
     urls = expand_shards(shards)
+    if bench:
+        _bench(urls, as_json, connections)
+        return
+    if connections is not None:
+        raise click.UsageError("--connections goes with --bench")
     reports = []
     with progress(urls, unit=" shards", desc="info") as bar:
         for url in bar:
@@ -263,6 +388,24 @@ def info(shards: Sequence[str], as_json: bool, ignore_zeros: bool) -> None:
             f"{len(damaged)} of {counted(len(reports), 'shard')} with problems: "
             f"{', '.join(damaged)}"
         )
+
+
+def _bench(urls: list[str], as_json: bool, connections: int | None) -> None:
+    from wdspipes.io.readahead import ReadAhead
+
+    readahead = (
+        ReadAhead(local=True)
+        if connections is None
+        else ReadAhead(connections=connections, local=True)
+        if connections
+        else None
+    )
+    report = bench_shards(urls, readahead)
+    if as_json:
+        click.echo(json.dumps({"bench": report.as_json()}, indent=2))
+    else:
+        for line in report.lines():
+            summarize(line)
 
 
 def _total(reports: list[ShardReport]) -> dict[str, Any]:

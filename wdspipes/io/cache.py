@@ -245,6 +245,7 @@ class Located(ClosingStream):
     def __init__(self, stream: ByteStream, local_path: str | None) -> None:
         self.stream = stream
         self.read = stream.read
+        self.read1 = getattr(stream, "read1", stream.read)
         self.local_path = local_path
 
     def close(self) -> None:
@@ -281,7 +282,17 @@ class CacheWriter(ClosingStream):
             self._give_up(exn)
 
     def read(self, size: int = -1, /) -> bytes:
-        data = self._source.read(size)
+        return self._tee(self._source.read(size), size)
+
+    def read1(self, size: int = -1, /) -> bytes:
+        """What the source's ``read1`` gives (its ``read`` if it has none; at most 256 KiB if
+        ``size`` is negative), teed."""
+        size = _WRITE_BUFFER if size < 0 else size
+        read1 = getattr(self._source, "read1", self._source.read)
+        return self._tee(read1(size), size)
+
+    def _tee(self, data: bytes, size: int) -> bytes:
+        """Write ``data``, read for ``size``, to the temporary file; note the end."""
         if data:
             if self._file is not None:
                 try:
@@ -550,13 +561,14 @@ def opener_options(
     cache_size: int | None = DEFAULT_CACHE_SIZE,
     storage_options: StorageOptions | None = None,
     commands: str | None = None,
+    readahead: object = True,
 ) -> dict[str, object]:
-    """The cache, store and command keywords of ``ShardOpener`` that differ from their
-    defaults, so that a curried stage shows only what was asked for (storage options without
-    their values: see :class:`~wdspipes.redaction.RedactedOptions`).
+    """The cache, store, command and read-ahead keywords of ``ShardOpener`` that differ from
+    their defaults, so that a curried stage shows only what was asked for (storage options
+    without their values: see :class:`~wdspipes.redaction.RedactedOptions`).
 
-    >>> opener_options(cache_dir="c", storage_options={"secret": "s"})
-    {'cache_dir': 'c', 'storage_options': {'secret': '***'}}
+    >>> opener_options(cache_dir="c", storage_options={"secret": "s"}, readahead=False)
+    {'cache_dir': 'c', 'storage_options': {'secret': '***'}, 'readahead': False}
     """
     options: dict[str, object] = {}
     if cache_dir is not None:
@@ -567,4 +579,6 @@ def opener_options(
         options["storage_options"] = RedactedOptions(storage_options)
     if commands is not None:
         options["commands"] = commands
+    if readahead is not True:
+        options["readahead"] = readahead
     return options

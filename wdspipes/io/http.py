@@ -27,7 +27,18 @@ Failures:
 Connections come from one ``urllib3.PoolManager`` per process, made on first use, so a forked
 DataLoader worker makes its own and never touches its parent's sockets. A body read to its end
 hands its connection back for the next shard (keep-alive); a stream closed before its end closes
-its connection without reading the rest. :func:`close_connections` closes the idle ones.
+its connection without reading the rest. :func:`close_connections` closes the idle ones. Each
+response is received with the kernel's quick acknowledgements on (``TCP_QUICKACK``, Linux): a
+kept-alive connection is otherwise in the kernel's interactive mode after its request, and
+delays its acknowledgements, which a server writing with Nagle's algorithm on (Python's
+``http.server``, say) answers by holding back the tail of each write; one connection then
+carried 31 MB/s of a 40 MB/s cap where a new connection per shard carried 39
+(benchmarks/README.md).
+
+For read-ahead (:mod:`wdspipes.io.readahead`), a stream also reads a byte range of the object
+(``start``, ``end``; the object's length and ETag checked against the first response's), hands
+out bytes as they arrive (:meth:`HttpStream.read1`), and can be stopped from another thread
+(:meth:`HttpStream.abort`, also while it waits for a response).
 
 The tunables are module constants, read each time a shard opens; ``open_http`` and
 ``open_ais`` also take them as keyword arguments.
@@ -39,16 +50,20 @@ The tunables are module constants, read each time a shard opens; ``open_http`` a
 from __future__ import annotations
 
 import atexit
+import contextlib
 import http.client
 import logging
 import os
 import re
+import socket
 import ssl
 import threading
-import time
+from typing import Any
 from urllib.parse import quote
 
 import urllib3
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import (
     HTTPError,
     LocationValueError,
@@ -58,6 +73,8 @@ from urllib3.exceptions import (
 )
 
 from wdspipes.errors import ShardError, ShardOpenError
+from wdspipes.io.cancel import on_cancel
+from wdspipes.io.chunks import read_across
 from wdspipes.io.local import ClosingStream
 from wdspipes.redaction import redact
 
@@ -94,10 +111,16 @@ on 100 KB samples with 16, 64, 256 and 1024 KiB, and 510, 379, 364 and 344 ms on
 (benchmarks/README.md)."""
 
 MAX_REDIRECTS = 10
-POOL_SIZE = 8  # idle connections kept per host
+POOL_SIZE = 32  # idle connections kept per host: at least read-ahead's connections
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
-_sleep = time.sleep  # tests replace it to see the waits
+
+def _wait(seconds: float, stop: threading.Event) -> None:
+    """Wait before a retry; an abort (which sets ``stop``) ends the wait at once."""
+    stop.wait(seconds)
+
+
+_sleep = _wait  # tests replace it to see the waits
 _URLLIB3_RETRY = urllib3.Retry(
     total=None,
     connect=0,
@@ -138,32 +161,54 @@ class _BodyCutError(Exception):
     """A body ended before its Content-Length, without an error from the connection."""
 
 
+class _AbortedError(Exception):
+    """A request of a stream that :meth:`HttpStream.abort` stopped."""
+
+
 class HttpStream(ClosingStream):
     """The body of an HTTP(S) response, readable like a binary file: ``read(n)``, ``close()``.
 
     Makes the request at once (retrying as the module describes); reads resume after drops.
-    ``shown`` is the URL errors name (the ``ais://`` one for AIStore objects).
+    ``shown`` is the URL errors name (the ``ais://`` one for AIStore objects). With ``start``
+    and ``end``, the stream is bytes ``[start, end)`` of the object (``end`` None: to its end),
+    asked for with ``Range``; ``version``, the length and ETag of the object as an earlier
+    response gave them, makes any other version an error.
     """
 
     def __init__(
-        self, url: str, shown: str, *, retries: int, backoff: float, timeout: float
+        self,
+        url: str,
+        shown: str,
+        *,
+        retries: int,
+        backoff: float,
+        timeout: float,
+        start: int = 0,
+        end: int | None = None,
+        version: tuple[int | None, str | None] | None = None,
     ) -> None:
         self.url = url
         self.shown = redact(shown)  # no secret of the URL in errors and log lines
         self._retries = retries
         self._backoff = backoff
         self._timeout = urllib3.Timeout(connect=timeout, read=timeout)
+        self._timeout_seconds = timeout
         self._buffer = b""  # read ahead, served from _pos up to _limit
         self._pos = 0
         self._limit = 0
-        self._received = 0  # bytes of the body received: delivered or in the buffer
-        self._length: int | None = None  # of the whole body, once known
-        self._etag: str | None = None
+        self._received = start  # offset of the next byte to receive (delivered or buffered)
+        self._end = end
+        self._length, self._etag = version or (None, None)  # of the whole object, once known
+        self._ranges = False  # the server said it serves byte ranges of the object
         self._failures = 0  # failed attempts in a row, since the body last made progress
-        self._mark = 0  # bytes received at the last failure
+        self._mark = start  # bytes received at the last failure
         self._at_end = False
         self._response: urllib3.BaseHTTPResponse | None = None
-        self._opened = False
+        self._opened = version is not None
+        self._stop = threading.Event()  # set by abort()
+        self._lock = threading.Lock()  # abort() against the connection a request takes
+        self._requesting: HTTPConnection | None = None  # its connection, until it answers
+        on_cancel(self.abort)
         self._connect()
 
     @property
@@ -179,6 +224,16 @@ class HttpStream(ClosingStream):
             return self._buffer[pos:end]
         return self._read_through(size)
 
+    def read1(self, size: int = -1, /) -> bytes:
+        """Up to ``size`` bytes (and at most :data:`CHUNK_SIZE`) as soon as any have arrived:
+        those read ahead, else what one receive gives; empty only at the end."""
+        size = CHUNK_SIZE if size < 0 else min(size, CHUNK_SIZE)
+        if self._pos < self._limit:
+            return self.read(min(size, self._limit - self._pos))
+        if self.closed:
+            raise ValueError(f"read of a closed stream: {self.shown}")
+        return self._fetch(size) if size else b""
+
     def close(self) -> None:
         """Release the connection; before the end of the body, close it unread."""
         response, self._response = self._response, None
@@ -186,6 +241,39 @@ class HttpStream(ClosingStream):
         self._at_end = False
         if response is not None:
             _discard(response)
+
+    def abort(self) -> None:
+        """Stop the stream from another thread: a receive, a request or a wait before a retry
+        in progress ends at once, with an error, and nothing is retried. Close it after."""
+        with self._lock:
+            self._stop.set()
+            response = self._response
+            connection = self._requesting if response is None else response.connection
+        sock = getattr(connection, "sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RD)  # a receive ends; the close after resets
+
+    def split_size(self) -> int | None:
+        """The object's length, if the server serves byte ranges of it and nothing was read
+        yet, so that other requests may read its later parts (:meth:`open_range`); else None."""
+        if self._ranges and self._end is None and self._pos == self._limit == 0:
+            return self._length
+        return None
+
+    def open_range(self, start: int, end: int) -> HttpStream:
+        """Bytes ``[start, end)`` of the same object by a request of its own, retried and
+        resumed alike; another version of the object is an error."""
+        return HttpStream(
+            self.url,
+            self.shown,
+            retries=self._retries,
+            backoff=self._backoff,
+            timeout=self._timeout_seconds,
+            start=start,
+            end=end,
+            version=(self._length, self._etag),
+        )
 
     def __del__(self) -> None:
         if getattr(self, "_response", None) is not None:
@@ -201,42 +289,41 @@ class HttpStream(ClosingStream):
             raise ValueError(f"read of a closed stream: {self.shown}")
         tail = memoryview(self._buffer)[self._pos : self._limit]
         self._buffer, self._pos, self._limit = b"", 0, 0
-        parts: list[bytes | memoryview] = [tail] if tail else []
-        got = len(tail)
-        while size < 0 or got < size:
-            wanted = size - got
-            chunk = self._fetch(wanted, whole=True) if wanted >= CHUNK_SIZE else self._fetch()
-            if not chunk:
-                break
-            if 0 <= wanted < len(chunk):
-                self._buffer, self._pos, self._limit = chunk, wanted, len(chunk)
-                parts.append(memoryview(chunk)[:wanted])
-                break
-            parts.append(chunk)
-            got += len(chunk)
-        if len(parts) == 1 and type(parts[0]) is bytes:
-            return parts[0]
-        return b"".join(parts)
+        data, rest, position = read_across(tail, size, self._next_chunk)
+        self._buffer, self._pos, self._limit = rest, position, len(rest)
+        return data
+
+    def _next_chunk(self, wanted: int) -> bytes:
+        """A read of a chunk or more goes straight to the connection, in one call."""
+        return self._fetch(wanted, whole=True) if wanted >= CHUNK_SIZE else self._fetch()
 
     def _fetch(self, size: int = 0, whole: bool = False) -> bytes:
         """The next bytes of the body: ``size`` of them if ``whole`` (fewer only at the end or
-        a drop), else up to ``CHUNK_SIZE`` as one receive gives them. Resumes after failures
-        (what a failed receive got is lost and asked for again); empty only at the end."""
+        a drop), else up to ``size`` (:data:`CHUNK_SIZE` if 0) as one receive gives them.
+        Resumes after failures (what a failed receive got is lost and asked for again); empty
+        only at the end."""
+        size = size or CHUNK_SIZE
         while not self._at_end:
             assert self._response is not None  # set until the end or close()
+            if self._end is not None:
+                size = min(size, self._end - self._received)
+                if size <= 0:
+                    self._at_end = True  # a range read whole; a longer 200 answer is cut here
+                    break
             try:
                 if whole:  # one call, receiving straight into the result
                     data = self._response.read(size, decode_content=False)
                 else:
-                    data = self._response.read1(CHUNK_SIZE, decode_content=False)
+                    data = self._response.read1(size, decode_content=False)
             except _READ_ERRORS as exn:
                 self._resume(exn)
                 continue
             if data:
                 self._received += len(data)
                 return data
-            if self._length is not None and self._received < self._length:
-                cut = _BodyCutError(f"the body ended at byte {self._received} of {self._length}")
+            limit = self._length if self._end is None else self._end
+            if limit is not None and self._received < limit:
+                cut = _BodyCutError(f"the body ended at byte {self._received} of {limit}")
                 self._resume(cut)
                 continue
             self._at_end = True
@@ -256,14 +343,24 @@ class HttpStream(ClosingStream):
             if cause is not None:
                 self._back_off(cause)
             try:
-                self._response = self._request()
-                self._opened = True
-                return
-            except _RetryableError as exn:
+                response = self._request()
+            except BaseException as exn:
+                with self._lock:
+                    self._requesting = None
+                if not isinstance(exn, _RetryableError):
+                    raise
                 cause = exn.cause
+                continue
+            with self._lock:  # abort() sees the request's connection, or the response's
+                self._requesting = None
+                self._response = response
+            self._opened = True
+            return
 
     def _back_off(self, cause: BaseException) -> None:
         """Count a failed attempt and wait before the next; raise when retries are used up."""
+        if self._stop.is_set():
+            raise self._error("stopped by abort()", offset=self._received) from cause
         if self._received > self._mark:  # progress since the last failure: start afresh
             self._mark = self._received
             self._failures = 0
@@ -281,7 +378,9 @@ class HttpStream(ClosingStream):
             self._retries,
             delay,
         )
-        _sleep(delay)
+        _sleep(delay, self._stop)
+        if self._stop.is_set():
+            raise self._error("stopped by abort()", offset=self._received) from cause
 
     def _error(self, problem: str, offset: int | None = None) -> ShardError:
         """A located error: a ShardOpenError until a response came, a ShardError after."""
@@ -294,8 +393,11 @@ class HttpStream(ClosingStream):
         """One GET, answered by a response ready to read from the bytes received on."""
         offset = self._received
         headers = {"Accept-Encoding": "identity"}
-        if offset:
+        if self._end is not None:
+            headers["Range"] = f"bytes={offset}-{self._end - 1}"
+        elif offset:
             headers["Range"] = f"bytes={offset}-"
+        _requesting.stream = self
         try:
             response = _pool_manager().urlopen(
                 "GET",
@@ -315,14 +417,27 @@ class HttpStream(ClosingStream):
             raise _RetryableError(reason) from exn
         except LocationValueError as exn:
             raise self._error(f"invalid URL: {exn}") from exn
+        except _AbortedError as exn:
+            raise self._error("stopped by abort()", offset=offset) from exn
         except _READ_ERRORS as exn:
             raise _RetryableError(exn) from exn
+        finally:
+            _requesting.stream = None
         try:
             self._accept(response, offset)
         except BaseException:
             _discard(response)
             raise
+        _quick_acks(response)
         return response
+
+    def _track(self, connection: HTTPConnection) -> None:
+        """The connection this stream's request goes out on, for :meth:`abort`; raises if
+        aborted already."""
+        with self._lock:
+            if self._stop.is_set():
+                raise _AbortedError("aborted")
+            self._requesting = connection
 
     def _accept(self, response: urllib3.BaseHTTPResponse, offset: int) -> None:
         """Check that ``response`` continues the body at ``offset``; skip to it after a 200."""
@@ -346,6 +461,7 @@ class HttpStream(ClosingStream):
             self._check_unchanged(total, etag)
         self._length = self._length if total is None else total
         self._etag = self._etag if etag is None else etag
+        self._ranges = response.headers.get("Accept-Ranges", "").strip().lower() == "bytes"
         if start < offset:  # 200: the server ignored Range
             self._skip(response, offset)
 
@@ -376,6 +492,17 @@ def _content_length(response: urllib3.BaseHTTPResponse) -> int | None:
         return int(response.headers["Content-Length"])
     except (KeyError, ValueError):
         return None
+
+
+_QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)
+
+
+def _quick_acks(response: urllib3.BaseHTTPResponse) -> None:
+    """Have the kernel acknowledge the body's segments at once (see the module doc)."""
+    sock = getattr(response.connection, "sock", None)
+    if sock is not None and _QUICKACK is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
 
 
 def _discard(response: urllib3.BaseHTTPResponse) -> None:
@@ -423,6 +550,40 @@ def _describe(exn: BaseException) -> str:
 
 # --- one connection pool per process ---------------------------------------------------------
 
+_requesting = threading.local()  # .stream: the HttpStream whose request this thread makes
+
+
+def _track(connection: HTTPConnection) -> None:
+    """Tell the stream making a request in this thread which connection it goes out on."""
+    stream: HttpStream | None = getattr(_requesting, "stream", None)
+    if stream is not None:
+        stream._track(connection)
+
+
+class _TrackedHTTPConnection(HTTPConnection):
+    """A connection that tells the stream using it, so that an abort can shut its socket."""
+
+    def connect(self) -> None:
+        super().connect()
+        _track(self)
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        _track(self)
+        super().request(*args, **kwargs)
+
+
+class _TrackedHTTPSConnection(_TrackedHTTPConnection, HTTPSConnection):
+    """:class:`_TrackedHTTPConnection` over TLS."""
+
+
+class _HTTPPool(HTTPConnectionPool):
+    ConnectionCls = _TrackedHTTPConnection
+
+
+class _HTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _TrackedHTTPSConnection
+
+
 _pool: tuple[int, urllib3.PoolManager] | None = None
 _pool_lock = threading.Lock()
 _inherited: list[urllib3.PoolManager] = []  # a parent's pools: never used, never closed here
@@ -441,7 +602,9 @@ def _pool_manager() -> urllib3.PoolManager:
                 # Its sockets are the parent's: closing them here could disturb the parent, and
                 # letting them be collected would warn. They go when this process ends.
                 _inherited.append(_pool[1])
-            _pool = (pid, urllib3.PoolManager(maxsize=POOL_SIZE, block=False))
+            manager = urllib3.PoolManager(maxsize=POOL_SIZE, block=False)
+            manager.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
+            _pool = (pid, manager)
         return _pool[1]
 
 
@@ -464,7 +627,11 @@ def close_connections() -> None:
     """Close the idle connections this process keeps for its next shards."""
     pool = _pool
     if pool is not None and pool[0] == os.getpid():
-        pool[1].clear()
+        manager = pool[1]
+        for key in manager.pools.keys():  # noqa: SIM118 (it cannot be iterated)
+            with contextlib.suppress(KeyError):
+                manager.pools[key].close()
+        manager.clear()
 
 
 # --- the URL schemes -------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from wdspipes.io.cache import (
 from wdspipes.io.items import ShardItem, shard_url
 from wdspipes.io.local import reading_path
 from wdspipes.io.pipe import Commands, commands_policy
+from wdspipes.io.readahead import Lookahead, Prefetcher, ReadAhead, ReadStats, readahead_config
 from wdspipes.io.urls import ByteStream, ShardStream, check_url, close_quietly, open_url
 from wdspipes.redaction import RedactedOptions, redact
 
@@ -64,8 +65,14 @@ class ShardOpener(StageDataPipe[OpenedShard]):
     webdataset's shard lists yield them (see :mod:`wdspipes.io.items`). An item that is
     neither is a :class:`~wdspipes.errors.ShardItemError` through ``handler``.
 
-    At most one stream is open at a time: the one yielded last is closed when the next is
+    At most one stream is handed out at a time: the one yielded last is closed when the next is
     requested, and when iteration ends or is abandoned. Readers downstream may close it sooner.
+
+    Remote shards are read ahead (see :mod:`wdspipes.io.readahead`): while a shard is read,
+    the next shards of this reader's list are opened and their bytes received in the
+    background, within ``readahead``'s bounds (by default at most 64 MiB and 32 connections per
+    reader), on threads that end with the epoch. The order, the handler and saved states are
+    as without it. :attr:`read_stats` tells how long this reader waited for the network.
 
     As each epoch begins it checks how the sharding filter upstream splits the shards among
     ranks and workers (see :func:`wdspipes.distributed.check_split`): a rank left without a
@@ -98,6 +105,8 @@ class ShardOpener(StageDataPipe[OpenedShard]):
         commands: which ``pipe:`` URLs run: ``"program"`` (URL strings, not the ``"url"`` of
             dict items), ``"never"`` or ``"any"``; None for the environment variable
             ``WDSPIPES_COMMANDS``, else ``"program"``.
+        readahead: a :class:`~wdspipes.io.readahead.ReadAhead` with the bounds of the
+            read-ahead; True for the defaults (remote shards only), False for none.
 
     Yields:
         A :class:`ShardStream` ``(url, stream)`` per URL string; per dict item, a copy of the
@@ -130,6 +139,7 @@ class ShardOpener(StageDataPipe[OpenedShard]):
         storage_options: StorageOptions | None = None,
         local_path: bool = False,
         commands: Commands | None = None,
+        readahead: ReadAhead | bool = True,
     ) -> None:
         super().__init__()
         if commands is not None:
@@ -140,6 +150,10 @@ class ShardOpener(StageDataPipe[OpenedShard]):
         self.storage_options = None if storage_options is None else RedactedOptions(storage_options)
         self.local_path = local_path
         self.commands = commands
+        self.readahead = readahead_config(readahead)
+        self.read_stats: ReadStats | None = None
+        """What this reader read ahead in its current (or last) epoch in this process, and how
+        long it waited for it; None without read-ahead."""
         # Resume bookkeeping (see wdspipes.core.resume): shards taken this epoch and a checksum
         # of their URLs, what a restored state asks of the next iteration, and the items of
         # shards to read again.
@@ -150,6 +164,21 @@ class ShardOpener(StageDataPipe[OpenedShard]):
         self.replay_items: dict[int, ShardItem] = {}
 
     def __iter__(self) -> Iterator[OpenedShard]:
+        items = Lookahead(self.source_datapipe)
+        ahead = None
+        if self.readahead is not None:
+            ahead = Prefetcher(self.readahead, self._open_item, items, _url_or_none)
+        self.read_stats = None if ahead is None else ahead.stats
+        try:
+            yield from self._open_each(items, ahead)
+        finally:
+            if ahead is not None:
+                ahead.close()  # stops and joins its threads
+
+    def _open_each(
+        self, items: Lookahead[ShardItem], ahead: Prefetcher | None
+    ) -> Iterator[OpenedShard]:
+        """The epoch: each shard of ``items`` opened in turn (through ``ahead`` if any)."""
         expected = check_split(self)
         received = 0
         if self.cache is not None:
@@ -158,7 +187,8 @@ class ShardOpener(StageDataPipe[OpenedShard]):
         saved, self._saved = self._saved, None
         self.taken = self.digest = 0
         self.replay_items = {}
-        for item in self.source_datapipe:
+        open_shard = self._open_item if ahead is None else ahead.open
+        for item in items:
             received += 1
             self.taken += 1
             try:
@@ -176,7 +206,7 @@ class ShardOpener(StageDataPipe[OpenedShard]):
                 self._check_resumed(saved)
                 target = None
             try:
-                stream = self._open(shard_url(item) if url is None else url, _from_data(item))
+                stream = open_shard(item)
             except (ShardOpenError, ShardItemError) as exn:
                 if handle(self.handler, exn):
                     continue
@@ -227,6 +257,10 @@ class ShardOpener(StageDataPipe[OpenedShard]):
             "(a changed shard list, seed or split)"
         )
 
+    def _open_item(self, item: ShardItem) -> ByteStream:
+        """Open the shard of ``item``; ShardItemError if it names none."""
+        return self._open(shard_url(item), _from_data(item))
+
     def _open(self, url: str, from_data: bool) -> ByteStream:
         if self.cache is None:
             stream = self._open_url(url, from_data)
@@ -259,6 +293,14 @@ def _from_data(item: ShardItem) -> bool:
     return not isinstance(item, str)
 
 
+def _url_or_none(item: ShardItem) -> str | None:
+    """The URL of a shard item, or None for one that names no shard (reported in its turn)."""
+    try:
+        return shard_url(item)
+    except ShardItemError:
+        return None
+
+
 @stage_factory
 def url_opener(
     handler: Handler = reraise_exception,
@@ -267,11 +309,12 @@ def url_opener(
     cache_size: int | None = DEFAULT_CACHE_SIZE,
     storage_options: StorageOptions | None = None,
     commands: Commands | None = None,
+    readahead: ReadAhead | bool = True,
 ) -> Stage:
     """The opener stage for ``DataPipeline(...)``: ``open_shards(handler=handler, ...)``.
 
     >>> url_opener(cache_dir="/tmp/shards")
     ShardOpener(handler=<function reraise_exception at ...>, cache_dir='/tmp/shards')
     """
-    options = opener_options(cache_dir, cache_size, storage_options, commands)
+    options = opener_options(cache_dir, cache_size, storage_options, commands, readahead)
     return Stage(ShardOpener, handler=handler, **options)

@@ -31,6 +31,7 @@ commands='never' (or WDSPIPES_COMMANDS=never) runs none
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
 import signal
@@ -38,6 +39,7 @@ import subprocess
 from typing import Literal, cast, get_args
 
 from wdspipes.errors import CommandError, ShardOpenError
+from wdspipes.io.cancel import on_cancel
 from wdspipes.io.local import BUFFER_SIZE, ClosingStream
 from wdspipes.redaction import redact
 
@@ -63,6 +65,7 @@ _WEBDATASET_VARIABLE = "WDS_SECURE"
 log = logging.getLogger(__name__)
 
 _OK_STATUS = frozenset({0, 141, -signal.SIGPIPE})
+_READ1_SIZE = 1 << 18  # most bytes one read1 asks for (what it allocates)
 _TERMINATE_GRACE = 2.0
 
 
@@ -82,7 +85,9 @@ class PipeStream(ClosingStream):
         assert self._process.stdout is not None  # guaranteed by stdout=PIPE
         self._stdout = self._process.stdout
         self._at_end = False
+        self._aborted = False
         self.closed = False
+        on_cancel(self.abort)
 
     def read(self, size: int = -1, /) -> bytes:
         data = self._stdout.read(size)
@@ -90,13 +95,28 @@ class PipeStream(ClosingStream):
             self._at_end = True
         return data
 
+    def read1(self, size: int = -1, /) -> bytes:
+        """Up to ``size`` bytes (at most 256 KiB), as soon as the command has written any;
+        empty at the end."""
+        stdout: io.BufferedReader = self._stdout  # type: ignore[assignment]  # bufsize > 0
+        data = stdout.read1(_READ1_SIZE if size < 0 else min(size, _READ1_SIZE))
+        if not data and size != 0:
+            self._at_end = True
+        return data
+
+    def abort(self) -> None:
+        """End the command's group from another thread (a read waiting for it then ends); its
+        status is not looked at. Close the stream after."""
+        self._aborted = True
+        end_group(self._process, self.command)
+
     def close(self) -> None:
         """Close the output and reap the command; raise if it failed after writing everything."""
         if self.closed:
             return
         self.closed = True
         self._stdout.close()
-        if not self._at_end:
+        if not self._at_end or self._aborted:
             self._end_early()
             return
         status = self._process.wait()

@@ -6,6 +6,9 @@ A shard is read front to back in blocks, one ranged request each: the first bloc
 download, and each next block is twice the last, up to :data:`MAX_BLOCK_SIZE`, so that long
 shards take few requests. Only the current block is held, never the whole shard.
 
+For read-ahead (:mod:`wdspipes.io.readahead`), a shard's later parts can be read by ranged
+requests of their own (:meth:`FsspecStream.open_range`), in parallel.
+
 Filesystem instances come from fsspec's instance cache: one per process and set of options,
 made afresh in a forked child (a ``DataLoader`` worker). ``storage_options`` are the
 filesystem's own options, e.g. ``{"endpoint_url": "http://127.0.0.1:9000", "anon": True}`` for
@@ -28,6 +31,7 @@ __all__ = [
     "FIRST_BLOCK_SIZE",
     "MAX_BLOCK_SIZE",
     "STORE_EXTRAS",
+    "FsspecRange",
     "FsspecStream",
     "fsspec_protocols",
     "open_fsspec",
@@ -55,6 +59,10 @@ class _File(Protocol):
     def read(self, size: int = -1, /) -> bytes: ...
 
     def close(self) -> None: ...
+
+
+class _FileSystem(Protocol):
+    def cat_file(self, path: str, start: int, end: int) -> bytes: ...
 
 
 def fsspec_protocols() -> set[str]:
@@ -157,6 +165,17 @@ class FsspecStream(ClosingStream):
             self._buffer = b""
             self._file.close()
 
+    def split_size(self) -> int | None:
+        """The object's size, if nothing was read yet: its later parts may then be read by
+        requests of their own (:meth:`open_range`); else None."""
+        size = getattr(self._file, "size", None)
+        return size if isinstance(size, int) and not self._fetched else None
+
+    def open_range(self, start: int, end: int) -> FsspecRange:
+        """Bytes ``[start, end)`` of the object, fetched by one ranged request."""
+        fs: _FileSystem = self._file.fs  # type: ignore[attr-defined]
+        return FsspecRange(fs, self._file.path, self.url, start, end)  # type: ignore[attr-defined]
+
     def _fetch(self, size: int) -> bytes:
         if self.closed:
             raise ValueError(f"read of a closed shard stream ({redact(self.url)})")
@@ -167,6 +186,52 @@ class FsspecStream(ClosingStream):
                 f"reading failed: {_describe(exn)}", url=self.url, offset=self._fetched
             ) from exn
         self._fetched += len(data)
+        return data
+
+
+class FsspecRange:
+    """Bytes ``[start, end)`` of an object in a store: one ranged request, made by the first
+    read. A failed request, or fewer bytes than asked for, raises
+    :class:`~wdspipes.errors.ShardError` naming the URL and ``start``."""
+
+    def __init__(self, fs: _FileSystem, path: str, url: str, start: int, end: int) -> None:
+        self.url = url
+        self._fs = fs
+        self._path = path
+        self._start = start
+        self._end = end
+        self._data: bytes | None = None
+        self._pos = 0
+
+    def read(self, size: int = -1, /) -> bytes:
+        """Up to ``size`` bytes of the range (all the rest if negative)."""
+        if self._data is None:
+            self._data = self._fetch()
+        data, pos = self._data, self._pos
+        if pos == 0 and (size < 0 or size >= len(data)):
+            self._pos = len(data)
+            return data
+        end = len(data) if size < 0 else min(len(data), pos + size)
+        self._pos = end
+        return data[pos:end]
+
+    def close(self) -> None:
+        self._data = b""
+
+    def _fetch(self) -> bytes:
+        try:
+            data = self._fs.cat_file(self._path, start=self._start, end=self._end)
+        except Exception as exn:
+            raise ShardError(
+                f"reading failed: {_describe(exn)}", url=self.url, offset=self._start
+            ) from exn
+        if len(data) != self._end - self._start:
+            raise ShardError(
+                f"shard changed in the store: asked for bytes {self._start} to {self._end}, "
+                f"got {len(data)}",
+                url=self.url,
+                offset=self._start,
+            )
         return data
 
 

@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple, Protocol, overload
 
 from wdspipes.errors import ShardError, ShardOpenError, WdsError
-from wdspipes.io.cache import CacheWriter
 from wdspipes.io.http import open_ais, open_http
 from wdspipes.io.local import open_file, open_stdin, reading_path, url_scheme
 from wdspipes.io.pipe import Commands, check_command, open_pipe
@@ -229,8 +228,9 @@ def shard_failure(exn: Exception, url: str, stream: ByteStream) -> Exception:
     """The error to report for a failed shard: the source's own failure (a command's exit
     status) if closing the stream reveals one, else ``exn`` as a located error. A shard found
     bad is not kept in the shard cache."""
-    if isinstance(stream, CacheWriter):
-        stream.discard()
+    discard = getattr(stream, "discard", None)  # a CacheWriter's, or read ahead of one
+    if discard is not None:
+        discard()
     try:
         stream.close()
     except WdsError as closing_error:
