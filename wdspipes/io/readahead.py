@@ -338,7 +338,10 @@ class Prefetcher:
         url = self._url_of(item)
         shard = None if url is None else self._take_scheduled(position, url)
         if shard is None and (url is None or not self.config.wants(url)):
-            self._schedule_ahead(position)
+            # Not read ahead, and not a reason to look ahead: the items to come are pulled
+            # from the source only while remote shards are read, so that a source whose
+            # advance does something (claim_shards releases the shard taken last) sees the
+            # pace of the reader wherever read-ahead has nothing to do.
             return self._open_item(item)
         if shard is None:
             assert url is not None
