@@ -7,14 +7,15 @@ from package_graph import imports_of, package_modules
 
 MAY_IMPORT = {
     "errors": set(),
-    "core": {"errors"},
-    "io": {"core", "errors"},
-    "read": {"io", "core", "errors"},
-    "samples": {"core", "errors"},
+    "state": {"errors"},
+    "core": {"state", "errors"},
+    "io": {"core", "state", "errors"},
+    "read": {"io", "core", "state", "errors"},
+    "samples": {"core", "state", "errors"},
     "write": {"io", "samples", "core", "errors"},
     "loaders": {"core"},
-    "pipeline": {"read", "io", "samples", "core", "errors"},
-    "tools": {"pipeline", "write", "read", "io", "samples", "core", "errors"},
+    "pipeline": {"read", "io", "samples", "core", "state", "errors"},
+    "tools": {"pipeline", "write", "read", "io", "samples", "core", "state", "errors"},
 }
 """What each folder (or module at the top) may import besides itself; ``cli``, ``demo`` and
 the package's ``__init__`` may import anything."""

@@ -19,6 +19,13 @@ decoding images. The mend waits on a condition (the prefetch buffers) and on the
 classes, for every DataLoader2 in the process: the items and their order are the same as
 torchdata's wherever torchdata's own code does not fail.
 
+A worker that dies (``kill -9``, the out-of-memory killer) left the main process waiting for
+it forever. While it waits for a worker, the mended loader looks every 0.1 s whether the worker
+is alive, and raises a :class:`~wdspipes.errors.WorkerError` naming the worker and the signal
+that ended it; shutting the loader down then ends the other workers (killing any that does not
+stop within a few seconds) and lets go of the shared-memory batch slots of dead workers (see
+:mod:`wdspipes.samples.handover`).
+
 The same fix makes ``FullSync`` (the stage ``DistributedReadingService`` ends every rank's graph
 with) let go of its prefetch thread without waiting for it when it is garbage-collected.
 torchdata's ``__del__`` joins that thread; a collection can run inside Python's own thread
@@ -26,19 +33,26 @@ bookkeeping (while a new thread starts, holding the lock a thread that ends must
 there the join waited for itself: the rank hung, and the other ranks with it in their next
 collective. An explicit ``shutdown()`` still waits, as torchdata's does.
 
+**DataLoader2's state**, for a wdspipes pipeline: ``state_dict()``, ``load_state_dict()`` and
+``DataLoader2.from_state`` save and restore the rest of the epoch exactly, with any reading
+service (see :mod:`wdspipes.core.loader_state`). The reading services become checkpointable
+(their part of the state is empty: the pipeline's is wdspipes'), so that
+``SequentialReadingService`` no longer warns at each ``state_dict()``.
+
 **StatefulDataLoader** (:func:`mend_stateful_dataloader`), for a dataset that is a wdspipes
 pipeline, and only there:
 
 - it gives the loader the pipeline's ``state_dict`` and ``load_state_dict``: the loader wraps
   a DataPipe in torch's ``_IterDataPipeSerializationWrapper``, which hides them, so wdspipes
   gives such a loader a subclass of that wrapper that has them;
-- loading a state refuses, naming both counts, a state saved with another number of workers
-  (torchdata would fail later with a bare assertion or a missing key);
-- loading a state primes the main process's copy of the pipeline with the epoch numbers of the
-  state, so that the epochs after the restored one are numbered (and so shuffled) as in the
-  run that saved it. Without workers the loader restores the pipeline itself; with persistent
-  workers the restored workers go on; but workers started afresh for each epoch are copies of
-  the main process's pipeline, which never sees the state.
+- loading a state saved with another number of workers (where torchdata would fail with a bare
+  assertion or a missing key), or merged across ranks (:func:`~wdspipes.core.loader_state.
+  merge_states`), gives every worker the workers' states merged, of which each takes its share;
+- loading a state primes the main process's copy of the pipeline with the epoch of the state,
+  so that the epochs after the restored one are numbered (and so shuffled) as in the run that
+  saved it. Without workers the loader restores the pipeline itself; with persistent workers
+  the restored workers go on; but workers started afresh for each epoch are copies of the main
+  process's pipeline, which never sees the state.
 
 Both are applied when wdspipes is imported.
 """
@@ -48,10 +62,12 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import queue
+import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -59,19 +75,30 @@ from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes._hook_iterator import hook_iterator
 from torch.utils.data.datapipes.datapipe import _IterDataPipeSerializationWrapper
 
-from wdspipes.core.resumable import Resumable
-from wdspipes.core.resume import prime_pipeline
-from wdspipes.errors import ResumeError
+from wdspipes.core import loader_state
+from wdspipes.core.loader_state import KEY, Deliveries, StateTags, Tagged
+from wdspipes.errors import ResumeError, WorkerError
+from wdspipes.state.graph import upstream_of
+from wdspipes.state.protocol import Resumable
 
-__all__ = ["StatefulPipeline", "fix_dataloader2", "mend_stateful_dataloader", "torchdata_version"]
+__all__ = [
+    "StatefulPipeline",
+    "fix_dataloader2",
+    "mend_stateful_dataloader",
+    "on_workers_gone",
+    "torchdata_version",
+]
 
 log = logging.getLogger(__name__)
 
 _QUEUES = "torchdata.dataloader2.communication.iter"
 _PREFETCHER = "torchdata.datapipes.iter.util.prefetcher"
 _FULL_SYNC = "torchdata.datapipes.iter.util.distributed"
+_LOADER = "torchdata.dataloader2.dataloader2"
+_SERVICES = "torchdata.dataloader2.reading_service"
 _FIXED = "_wdspipes_fixed"
-_WAKE_UP = 0.1  # seconds: how often a wait for a worker looks whether the loader was shut down
+_WAKE_UP = 0.1  # seconds: how often a wait for a worker looks whether it or the loader ended
+_END_WAIT = 5.0  # seconds a worker has to exit once told to, before it is killed
 
 STATEFUL_CHECKED = ("0.8.", "0.9.")
 """The torchdata versions whose StatefulDataLoader :func:`mend_stateful_dataloader` was checked
@@ -85,10 +112,12 @@ def torchdata_version() -> str:
 
 
 def fix_dataloader2() -> bool:
-    """Replace the round-robin of ``MultiProcessingReadingService`` with one that lets workers
-    finish at different times and waits without polling, and make the prefetch buffers wait
-    without polling. Does nothing unless torchdata 0.8 or 0.9's DataLoader2 is loaded; applying
-    it twice changes nothing. Returns whether the fix is in place."""
+    """Mend torchdata's DataLoader2 (see the module): its round-robin lets workers finish at
+    different times, waits without polling and notices a worker that died; its prefetch
+    buffers wait without polling; FullSync lets go of its thread when collected; and the loader
+    saves and restores a wdspipes pipeline's state. Does nothing unless torchdata 0.8 or 0.9's
+    DataLoader2 is loaded; applying it twice changes nothing. Returns whether the fix is in
+    place."""
     queues = sys.modules.get(_QUEUES)
     if queues is None:
         return False
@@ -102,20 +131,26 @@ def fix_dataloader2() -> bool:
     namespace: dict[str, Any] = {"__iter__": _round_robin}
     hook_iterator(namespace)  # the per-item bookkeeping torch gives every __iter__
     consumer.__iter__ = namespace["__iter__"]
+    consumer.request_terminate = _request_terminate
+    queues.QueueWrapper._get_response = _get_response
     prefetcher = importlib.import_module(_PREFETCHER).PrefetcherIterDataPipe
     namespace = {"__iter__": _prefetched}
     hook_iterator(namespace)
     prefetcher.__iter__ = namespace["__iter__"]
     prefetcher.thread_worker = staticmethod(_prefetch)
     importlib.import_module(_FULL_SYNC).FullSyncIterDataPipe.__del__ = _release_full_sync
+    _mend_services(importlib.import_module(_SERVICES))
+    _mend_loader(importlib.import_module(_LOADER))
     setattr(consumer, _FIXED, True)
-    log.debug("mended DataLoader2's round-robin (pytorch/data#1310), prefetch buffers, FullSync")
+    log.debug("mended DataLoader2's round-robin (pytorch/data#1310), prefetch, FullSync, state")
     return True
 
 
 def _round_robin(self: Any) -> Iterator[Any]:
     """``_IterateQueueDataPipes.__iter__``, mended: one item from each worker in turn, each
-    worker with at most one request outstanding; a worker that stops leaves the turn.
+    worker with at most one request outstanding; a worker that stops leaves the turn. The
+    turn begins at worker 0, or where a restored state says; an item with the pipeline's state
+    (:class:`~wdspipes.core.loader_state.Tagged`) is marked with its worker.
 
     Keeps the original's contract: responses stored by a pause come first, a request limit
     ends the epoch once the responses already asked for are delivered, termination ends it
@@ -130,7 +165,7 @@ def _round_robin(self: Any) -> Iterator[Any]:
             and not self.res_buffers[index]
         ):
             _request(self, index)
-    turn = 0
+    turn = self.__dict__.pop("_wds_first_turn", 0)
     while active and not self._terminated:
         turn %= len(active)
         index = active[turn]
@@ -149,7 +184,10 @@ def _round_robin(self: Any) -> Iterator[Any]:
             continue
         _request(self, index)
         turn += 1
-        yield response.value
+        value = response.value
+        if isinstance(value, Tagged):
+            value.worker = index
+        yield value
 
 
 def _prefetched(self: Any) -> Iterator[Any]:
@@ -246,7 +284,11 @@ def _request(self: Any, index: int) -> None:
 
 
 def _response(self: Any, index: int, queues: ModuleType) -> Any:
-    """Worker ``index``'s answer to its outstanding request, or None if it has none."""
+    """Worker ``index``'s answer to its outstanding request, or None if it has none.
+
+    Raises:
+        WorkerError: the worker exited while the loader waited for it.
+    """
     if self.res_buffers[index]:
         return self.res_buffers[index].popleft()
     protocol = self.datapipes[index].protocol
@@ -258,8 +300,255 @@ def _response(self: Any, index: int, queues: ModuleType) -> Any:
             # does) cost the main process over 100 µs of CPU per batch of images.
             return protocol.get_response_next(block=True, timeout=_WAKE_UP)
         except queues.communication.protocol.EmptyQueue:
-            continue
+            _check_alive(self.datapipes[index], index)
+        except (OSError, EOFError) as exn:  # its end of the queue broke as it died
+            _check_alive(self.datapipes[index], index, _END_WAIT)
+            raise WorkerError(f"DataLoader2 worker {index}'s queue broke: {exn}") from exn
     return None
+
+
+def _check_alive(wrapper: Any, index: int, wait: float = 0.0) -> None:
+    """Raise a WorkerError if the process behind ``wrapper`` (worker ``index``) has exited, or
+    exits within ``wait`` seconds."""
+    process = getattr(wrapper, "_wds_process", None)
+    if process is None:
+        return
+    if wait:
+        process.join(wait)
+    if process.exitcode is None:
+        return
+    for callback in _WORKERS_GONE:
+        callback()
+    raise WorkerError(
+        f"DataLoader2 worker {index} (pid {process.pid}) exited unexpectedly: "
+        f"{_how_it_ended(process.exitcode)}; the loader is shut down (if it was killed for "
+        "memory, use fewer workers or smaller prefetch and shuffle buffers)"
+    )
+
+
+def _how_it_ended(exitcode: int) -> str:
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"killed by {name}"
+    return f"exit code {exitcode}"
+
+
+_WORKERS_GONE: list[Callable[[], None]] = []
+
+
+def on_workers_gone(callback: Callable[[], None]) -> None:
+    """Have ``callback`` called when a loader finds that a worker died, or shuts its workers
+    down: the batch handover lets go of the slots of dead workers so (see
+    :mod:`wdspipes.samples.handover`)."""
+    if callback not in _WORKERS_GONE:
+        _WORKERS_GONE.append(callback)
+
+
+def _get_response(self: Any, fn_name: str) -> None:
+    """``QueueWrapper._get_response``, mended: wait for a worker's answer to a reset, pause,
+    resume or limit request, and raise a WorkerError if the worker exited meanwhile."""
+    protocol = sys.modules[_QUEUES].communication.protocol
+    get_response = getattr(self.protocol, fn_name)
+    while True:
+        try:
+            get_response(block=False)  # these take no timeout: a short sleep, as torchdata's
+            return
+        except protocol.EmptyQueue:
+            _check_alive(self, getattr(self, "_wds_index", 0))
+            time.sleep(0.001)
+
+
+def _request_terminate(self: Any) -> None:
+    """``_IterateQueueDataPipes.request_terminate``, mended: an outstanding request is waited
+    for a bounded time, and dropped if the worker died. torchdata waited for its answer forever,
+    which never came from a dead worker, nor when the main prefetch thread took it first (a
+    loader shut down right after the last item of an epoch hung so)."""
+    self._terminated = True  # the prefetch thread's round-robin stops waiting
+    for wrapper in self.datapipes:
+        _discard(wrapper)
+    for wrapper in self.datapipes:
+        wrapper.protocol.request_terminate()
+
+
+def _discard(wrapper: Any) -> None:
+    """Take the answer to the outstanding request of the worker behind ``wrapper``, if any, by
+    :data:`_END_WAIT` seconds; unless another thread takes it, or the worker has died."""
+    protocol = wrapper.protocol
+    deadline = time.monotonic() + _END_WAIT
+    while protocol.waiting_for_response() and time.monotonic() < deadline:
+        process = getattr(wrapper, "_wds_process", None)
+        if process is not None and process.exitcode is not None:
+            break
+        try:
+            response = protocol.response_queue.get(timeout=_WAKE_UP)
+        except queue.Empty:
+            continue
+        protocol.request_served(response)
+    protocol._req_sent = None
+
+
+def _mend_services(services: ModuleType) -> None:
+    """The reading services: MultiProcessingReadingService's workers know their numbers (for
+    their pipelines' states) and the loader knows their processes (to notice one that died,
+    and to end any that does not stop); and the services are checkpointable, with an empty
+    part (the pipeline's state is wdspipes')."""
+    multiprocessing = services.MultiProcessingReadingService
+    initialize, finalize = multiprocessing.initialize, multiprocessing.finalize
+
+    @functools.wraps(initialize)
+    def initialize_workers(self: Any, datapipe: Any) -> Any:
+        if self.num_workers and not isinstance(self.worker_init_fn, _NumberWorker):
+            self.worker_init_fn = _NumberWorker(self.worker_init_fn)
+        end = initialize(self, datapipe)
+        for index, (wrapper, (process, _, _)) in enumerate(
+            zip(self._worker_datapipes, self._worker_processes, strict=True)
+        ):
+            wrapper._wds_process, wrapper._wds_index = process, index
+        first = self.__dict__.pop("_wds_first_turn", 0)  # a restored state's (see below)
+        if first and self._worker_consumer_datapipe is not None:
+            self._worker_consumer_datapipe._wds_first_turn = first
+        return end
+
+    @functools.wraps(finalize)
+    def finalize_workers(self: Any) -> None:
+        processes = [process for process, _, _ in self._worker_processes]
+        finalize(self)
+        _end_processes(processes)
+
+    multiprocessing.initialize = initialize_workers
+    multiprocessing.finalize = finalize_workers
+    for service in (multiprocessing, services.DistributedReadingService):
+        service.checkpoint = _checkpoint
+        service.restore = _restore
+
+
+def _checkpoint(self: Any) -> bytes:
+    """A reading service's part of DataLoader2's state: none (the pipeline's is wdspipes')."""
+    return b""
+
+
+def _restore(self: Any, datapipe: Any, serialized_state: bytes) -> Any:
+    """A reading service restored: set up afresh, as its part of the state is empty."""
+    return self.initialize(datapipe)
+
+
+def _end_processes(processes: list[Any]) -> None:
+    """End the worker processes that outlived the loader's shutdown: torchdata joins each for
+    20 s and goes on; those still alive then are killed."""
+    deadline = time.monotonic() + _END_WAIT
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.exitcode is None:
+            log.warning("DataLoader2 worker pid %s did not stop: killed", process.pid)
+            process.kill()
+            process.join(_END_WAIT)
+    for callback in _WORKERS_GONE:
+        callback()
+
+
+class _NumberWorker:
+    """A worker's init function (MultiProcessingReadingService's ``worker_init_fn``) that tells
+    the pipeline's :class:`~wdspipes.core.loader_state.StateTags` which worker it runs in, then
+    calls the user's own, if any."""
+
+    def __init__(self, init: Callable[[Any, Any], Any] | None) -> None:
+        self.init = init
+
+    def __call__(self, datapipe: Any, worker_info: Any) -> Any:
+        for stage in (datapipe, *upstream_of(datapipe)):
+            if isinstance(stage, StateTags):
+                stage.worker = worker_info.worker_id
+        return datapipe if self.init is None else self.init(datapipe, worker_info)
+
+
+def _mend_loader(loader: ModuleType) -> None:
+    """DataLoader2 saves and restores a wdspipes pipeline's state (see
+    :mod:`wdspipes.core.loader_state`)."""
+    cls, iterator = loader.DataLoader2, loader.DataLoader2Iterator
+    original_iter, original_next = cls.__iter__, iterator.__next__
+    original_state, original_load = cls.state_dict, cls.load_state_dict
+    original_from_state = cls.from_state.__func__
+
+    @functools.wraps(original_iter)
+    def iterate(self: Any) -> Any:
+        if self._reset_iter and self.datapipe is not None:  # an epoch begins
+            _begin_epoch(self)
+        return original_iter(self)
+
+    @functools.wraps(original_next)
+    def next_item(self: Any) -> Any:
+        value = original_next(self)
+        if isinstance(value, Tagged):
+            self.dataloader._wds_deliveries.delivered(value)
+            return value.value
+        return value
+
+    @functools.wraps(original_state)
+    def state_dict(self: Any) -> dict[str, Any]:
+        state: dict[str, Any] = original_state(self)
+        deliveries = self.__dict__.get("_wds_deliveries")
+        if deliveries is not None and KEY not in state:
+            state[KEY] = deliveries.to_state()
+        return state
+
+    @functools.wraps(original_load)
+    def load_state_dict(self: Any, state_dict: dict[str, Any]) -> None:
+        original_load(self, state_dict)
+        _restore_from(self, state_dict)
+
+    def from_state(cls: Any, state: dict[str, Any], reading_service: Any) -> Any:
+        restored = original_from_state(cls, state, reading_service)
+        _restore_from(restored, state)
+        return restored
+
+    cls.__iter__, iterator.__next__ = iterate, next_item
+    cls.state_dict, cls.load_state_dict = state_dict, load_state_dict
+    cls.from_state = classmethod(functools.wraps(original_from_state)(from_state))
+
+
+def _begin_epoch(loader: Any) -> None:
+    """A DataLoader2's epoch begins: at its first, a wdspipes pipeline gets the stage that
+    tags items with its state (and takes a restored state back); at every one, the record of
+    what was delivered moves on."""
+    deliveries = loader.__dict__.get("_wds_deliveries")
+    if deliveries is None:
+        if not loader_state.is_wdspipes_pipeline(loader.datapipe):
+            return
+        workers, layout = loader_state.dataloader2_layout(loader.reading_service)
+        restoring = loader.__dict__.pop("_wds_restoring", None)
+        loader.datapipe = StateTags(loader.datapipe, restoring)
+        loader._wds_deliveries = deliveries = Deliveries(workers, layout)
+        first = loader.__dict__.pop("_wds_first_turn", 0)
+        if first and workers:
+            _multiprocessing(loader.reading_service)._wds_first_turn = first
+        return
+    deliveries.epoch_begins()
+
+
+def _multiprocessing(service: Any) -> Any:
+    for each in getattr(service, "reading_services", None) or (service,):
+        if type(each).__name__ == "MultiProcessingReadingService":
+            return each
+    return service
+
+
+def _restore_from(loader: Any, state: dict[str, Any]) -> None:
+    """Set a DataLoader2 that was given ``state`` to take its pipeline's state back as its first
+    epoch begins, and its seeds to be that epoch's again."""
+    ours = state.get(KEY)
+    if ours is None:
+        return
+    workers, layout = loader_state.dataloader2_layout(loader.reading_service)
+    restoring = loader_state.restoring(ours, workers, layout)
+    loader._wds_restoring = restoring
+    last = ours.get("last_worker")
+    if restoring.readers is not None and last is not None and workers:
+        loader._wds_first_turn = (last + 1) % workers
+    # The epoch goes on: its seeds are drawn again from where they were as it began.
+    loader._seed_generator = loader._initial_seed_generator
 
 
 class StatefulPipeline(_IterDataPipeSerializationWrapper):
@@ -308,9 +597,7 @@ def mend_stateful_dataloader() -> bool:
     @functools.wraps(original_load)
     def load_state_dict(self: Any, state_dict: dict[str, Any]) -> None:
         if isinstance(self.dataset, StatefulPipeline) and state_dict:
-            pipeline = _check_workers(self, state_dict)
-            if pipeline is not None:
-                prime_pipeline(self.dataset._datapipe, pipeline)
+            state_dict = _for_workers(self, state_dict)
         original_load(self, state_dict)
 
     StatefulDataLoader.__init__ = init
@@ -319,23 +606,24 @@ def mend_stateful_dataloader() -> bool:
     return True
 
 
-def _check_workers(loader: Any, state: dict[str, Any]) -> dict[str, Any] | None:
-    """Refuse a loader state of another worker count; return one worker's pipeline state.
-    The keys are torchdata's (see :data:`STATEFUL_CHECKED`)."""
-    if "_snapshot" in state:
-        snapshot = state["_snapshot"]
-        saved = snapshot["_main_snapshot"]["_num_workers"]
-        workers = snapshot.get("_worker_snapshots", {})
-        first = workers.get("worker_0") or {}
-        pipeline = first.get("dataset_state")
-    else:
-        saved = 0
-        pipeline = state.get("dataset_state")
-    if saved != loader.num_workers:
-        raise ResumeError(
-            f"the state was saved by a StatefulDataLoader with {saved} workers, and this one has "
-            f"{loader.num_workers}: wdspipes resumes only with the same number of workers, "
-            "since each worker reads its own shards. Keep the count, or start the epoch afresh "
-            "without the state."
-        )
-    return pipeline if isinstance(pipeline, dict) else None
+def _for_workers(loader: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` as ``loader`` takes it: as it is, saved with the same number of workers;
+    otherwise (or merged across ranks) with the workers' pipeline states merged and given to
+    every worker. The main process's copy of the pipeline gets the epoch of the state."""
+    merged = state.get(KEY)
+    if merged is None:
+        pipelines = loader_state.stateful_pipelines(state)
+        if loader_state.stateful_workers(state) == loader.num_workers:
+            loader_state.prime(loader.dataset._datapipe, pipelines)
+            return state
+        try:
+            merged = loader_state.merge_states(pipelines)
+        except ResumeError as exn:
+            raise ResumeError(
+                f"the state was saved by a StatefulDataLoader with "
+                f"{loader_state.stateful_workers(state)} workers, and this one has "
+                f"{loader.num_workers}: with another number of workers or ranks, give every "
+                f"rank the states of all ranks merged by wdspipes.merge_states ({exn})"
+            ) from exn
+    loader_state.prime(loader.dataset._datapipe, [merged])
+    return loader_state.stateful_for(state, loader.num_workers, merged)

@@ -39,8 +39,8 @@ from torch.utils.data.datapipes.iter.sharding import (
     SHARDING_PRIORITIES,
     ShardingFilterIterDataPipe,
 )
-from torch.utils.data.graph import traverse_dps
-from torch.utils.data.graph_settings import get_all_graph_pipes
+
+from wdspipes.state.graph import sharding_filter_of
 
 __all__ = [
     "ReaderLayout",
@@ -116,14 +116,6 @@ class ReaderLayout:
         if self.workers == 1:
             return f"rank {self.rank}"
         return f"rank {self.rank}, worker {self.worker}"
-
-
-def sharding_filter_of(datapipe: IterDataPipe[Any]) -> ShardingFilterIterDataPipe | None:
-    """The core sharding filter upstream of ``datapipe`` (not ``datapipe`` itself), if any."""
-    for pipe in get_all_graph_pipes(traverse_dps(datapipe)):
-        if pipe is not datapipe and isinstance(pipe, ShardingFilterIterDataPipe):
-            return pipe
-    return None
 
 
 def reader_layout(sharding_filter: ShardingFilterIterDataPipe) -> ReaderLayout:

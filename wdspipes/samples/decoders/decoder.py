@@ -20,11 +20,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from torch.utils.data import IterDataPipe
-from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
 from wdspipes.core.curried import Stage, stage_factory
 from wdspipes.core.datapipe import Sample, StageDataPipe, functional_stage
-from wdspipes.core.seeds import SeededStage, Seeding, sharding_position
+from wdspipes.core.seeds import SeededStage, Seeding
 from wdspipes.errors import DecodeError, Handler, handle, reraise_exception, sample_location
 from wdspipes.samples.decoders.basic import BasicDecoder, Continue, gunzip
 from wdspipes.samples.decoders.images import ImageDecoder
@@ -210,25 +209,13 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
                 if not handle(self.handler, exn):
                     return
 
-    def resume_state(self) -> dict[str, Any]:
-        """The seed material of the epoch: a sample's draws depend on it and on the sample
-        alone, so going on mid-epoch needs nothing more."""
-        return self.replay_state()
-
     def _material(self, chain: Sequence[FieldHandler]) -> tuple[object, ...] | None:
-        """The epoch's seed material, where a handler takes a generator: the Seeding's, and
-        the position of the sharding filter upstream, looked for from the source (the
-        handlers of this stage need not pickle)."""
+        """The epoch's seed material, where a handler takes a generator (see
+        :mod:`wdspipes.core.seeds`): a sample's draws depend on it and on the sample alone, so
+        going on mid-epoch needs nothing more than the stage's seed state."""
         if not any(map(_takes_rng, chain)):
             return None
-        self.seeding.mark()  # its own epoch: resuming replays the material (wdspipes.core.seeds)
-        source = self.source_datapipe
-        stream = (
-            (source.num_of_instances, source.instance_id)
-            if isinstance(source, ShardingFilterIterDataPipe)
-            else sharding_position(source)
-        )
-        return (self.seeding.next_material(), stream)
+        return self.seeding.next_material(self)
 
     def _decode(
         self,
