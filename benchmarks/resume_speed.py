@@ -1,4 +1,6 @@
-"""State size and restore time of a pipeline saved at several points of an epoch.
+"""State size and restore time of a pipeline saved at several points of an epoch, by one reader
+or by several whose states are merged for another number of readers; and what keeping the state
+costs DataLoader2 per batch.
 
     python benchmarks/resume_speed.py --markdown --repeat 5
     python benchmarks/resume_speed.py --quick        # smoke run on tiny shards
@@ -11,8 +13,17 @@ samples through ``WebDataset(shardshuffle=True).buffer_shuffle(1000).decode()``,
 - the time from ``load_state_dict`` on a new pipeline to its first sample;
 - for reference, the time to get there without a state: a new pipeline reading k samples.
 
+Then the same with 4 readers (the split a loader gives 4 workers, in one process), each having
+read k / 4 samples, their states merged (``wds.merge_states``) and loaded into reader 0 of 2:
+the merged state's size, and the time from loading it to the first sample.
+
+Last, the cost of the state DataLoader2 keeps: its pipeline's state taken as each batch of 64
+samples leaves the pipeline (what the worker does, in one process here), against iterating the
+same batches alone.
+
 Target: restore time independent of how far into the epoch the state was taken, i.e. the
-slowest restore after the buffer has filled is at most twice the fastest.
+slowest restore after the buffer has filled is at most twice the fastest, with one reader and
+merged.
 """
 
 from __future__ import annotations
@@ -34,10 +45,13 @@ from common import (
     print_section,
     verdict,
 )
+from torch.utils.data.graph_settings import apply_sharding
 
 import wdspipes as wds
+from wdspipes.core.loader_state import StateTags
 
 BUFFER = 1000
+READERS, NEW_READERS = 4, 2
 
 
 def pipeline(urls: str) -> Any:
@@ -100,6 +114,51 @@ def measure(urls: str, cut: int, repeat: int) -> dict[str, float]:
     }
 
 
+def reader(urls: str, readers: int, index: int) -> Any:
+    pipe = pipeline(urls)
+    apply_sharding(pipe, readers, index)
+    return pipe
+
+
+def measure_merged(urls: str, cut: int, repeat: int) -> dict[str, float]:
+    """``READERS`` readers, each stopped after ``cut // READERS`` samples; their states merged
+    and loaded into reader 0 of ``NEW_READERS``."""
+    states = []
+    for index in range(READERS):
+        pipe = reader(urls, READERS, index)
+        items = iter(pipe)
+        for _ in range(cut // READERS):
+            next(items)
+        states.append(pipe.state_dict())
+    merged = wds.merge_states(states)
+
+    def restore() -> None:
+        again = reader(urls, NEW_READERS, 0)
+        again.load_state_dict(merged)
+        next(iter(again))
+
+    return {"size": len(pickle.dumps(merged)), "restore": best_of(repeat, restore)}
+
+
+def measure_tags(urls: str, repeat: int) -> dict[str, float]:
+    """Seconds per batch of 64 to read an epoch, with and without the state of each batch
+    taken as it leaves the pipeline (DataLoader2's StateTags)."""
+    batches = len(list(pipeline(urls).batched(64, collation_fn=None)))
+
+    def plain() -> None:
+        for _ in pipeline(urls).batched(64, collation_fn=None):
+            pass
+
+    def tagged() -> None:
+        for _ in StateTags(pipeline(urls).batched(64, collation_fn=None), None):
+            pass
+
+    return {
+        "plain": best_of(repeat, plain) / batches,
+        "tagged": best_of(repeat, tagged) / batches,
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--shards", type=int, help="shards (40; quick 4)")
@@ -118,14 +177,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     print_header(versions, f"best of {args.repeat} runs per cut point", args.markdown)
     cuts = sorted({1, BUFFER, total // 10, total // 2, total - BUFFER})
     results: dict[int, dict[str, float]] = {}
+    merged: dict[int, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as directory:
         urls = write_shards(Path(directory), args.shards, args.per_shard)
         for cut in cuts:
             results[cut] = measure(urls, cut, args.repeat)
+            merged[cut] = measure_merged(urls, cut, args.repeat)
             print(
-                f"  read {cut:,}: restored in {results[cut]['restore'] * 1000:.1f} ms",
+                f"  read {cut:,}: restored in {results[cut]['restore'] * 1000:.1f} ms, "
+                f"merged in {merged[cut]['restore'] * 1000:.1f} ms",
                 file=sys.stderr,
             )
+        tags = measure_tags(urls, args.repeat)
 
     print_section(
         f"{args.shards} shards x {args.per_shard:,} samples of 1 KB, "
@@ -151,15 +214,40 @@ def main(argv: Sequence[str] | None = None) -> None:
     ]
     print(format_table(headers, rows, args.markdown))
 
-    print_section("target", args.markdown)
-    full = [r["restore"] for cut, r in results.items() if cut >= BUFFER]
-    ratio = max(full) / min(full)
-    mark = "- " if args.markdown else ""
-    print(
-        f"{mark}restore time independent of the cut point, once the buffer is full: slowest "
-        f"{max(full) * 1000:.1f} ms / fastest {min(full) * 1000:.1f} ms = {ratio:.2f} "
-        f"(at most 2): {verdict(ratio <= 2)}"
+    print_section(
+        f"the states of {READERS} readers (k / {READERS} samples each), merged, loaded into "
+        f"reader 0 of {NEW_READERS}",
+        args.markdown,
     )
+    headers = ["samples read before the states", "merged state (pickled)", "restore to first"]
+    rows = [
+        [f"{cut:,}", f"{r['size'] / 1000:.1f} kB", f"{r['restore'] * 1000:.1f} ms"]
+        for cut, r in merged.items()
+    ]
+    print(format_table(headers, rows, args.markdown))
+
+    print_section("DataLoader2's state of each batch of 64 samples", args.markdown)
+    headers = ["read", "per batch", "of which the state"]
+    rows = [
+        ["batches alone", f"{tags['plain'] * 1e6:,.0f} µs", ""],
+        [
+            "batches with their state",
+            f"{tags['tagged'] * 1e6:,.0f} µs",
+            f"{(tags['tagged'] - tags['plain']) * 1e6:,.0f} µs",
+        ],
+    ]
+    print(format_table(headers, rows, args.markdown))
+
+    print_section("target", args.markdown)
+    mark = "- " if args.markdown else ""
+    for name, measured in (("one reader", results), ("merged", merged)):
+        full = [r["restore"] for cut, r in measured.items() if cut >= BUFFER]
+        ratio = max(full) / min(full)
+        print(
+            f"{mark}{name}: restore time independent of the cut point, once the buffer is full: "
+            f"slowest {max(full) * 1000:.1f} ms / fastest {min(full) * 1000:.1f} ms = "
+            f"{ratio:.2f} (at most 2): {verdict(ratio <= 2)}"
+        )
     if args.quick:
         print(f"{mark}(--quick: too few runs to judge)")
 

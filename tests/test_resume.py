@@ -585,6 +585,22 @@ def take(pipe: IterDataPipe[Any], count: int) -> list[Any]:
     return [next(items) for _ in range(count)]
 
 
+def kill_at_step(common: list[str], directory: Path, step: int) -> None:
+    """Run the example slowly and SIGKILL it once it has trained ``step`` steps."""
+    child = subprocess.Popen([*common, "--directory", str(directory), "--slow"])
+    try:
+        deadline = time.monotonic() + 240
+        while _steps(directory) < step:
+            assert child.poll() is None, "the training process ended before it was killed"
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.wait(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+
+
+@pytest.mark.slow
 @pytest.mark.loaders
 def test_training_resumes_after_sigkill(epoch_shards: Shards, tmp_path: Path) -> None:
     """A training process writes a checkpoint, is killed with SIGKILL, and a new process
@@ -597,19 +613,32 @@ def test_training_resumes_after_sigkill(epoch_shards: Shards, tmp_path: Path) ->
     assert len(expected) == 2 * EPOCH
 
     killed = tmp_path / "killed"
-    child = subprocess.Popen([*common, "--directory", str(killed), "--slow"])
-    try:
-        deadline = time.monotonic() + 240
-        while _steps(killed) < 80:  # past the checkpoint at step 75, in the second epoch
-            assert child.poll() is None, "the training process ended before it was killed"
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
-        child.send_signal(signal.SIGKILL)
-    finally:
-        child.wait(timeout=60)
-    assert child.returncode == -signal.SIGKILL
+    kill_at_step(common, killed, 80)  # past the checkpoint at step 75, in the second epoch
     subprocess.run([*common, "--directory", str(killed)], check=True, timeout=300)
     assert json.loads((killed / "trained.json").read_text()) == expected
+
+
+@pytest.mark.slow
+@pytest.mark.loaders
+@pytest.mark.parametrize(("loader", "workers"), [("dataloader2", 3), ("stateful", 0)])
+def test_training_resumes_with_another_worker_count(
+    epoch_shards: Shards, tmp_path: Path, loader: str, workers: int
+) -> None:
+    """The example killed mid-epoch with 2 workers, restarted with another count: each epoch
+    trains on every sample once."""
+    common = [sys.executable, str(EXAMPLE), "--shards", epoch_shards.spec, "--loader", loader]
+    common += ["--epochs", "2", "--checkpoint-every", "25"]
+    kill_at_step([*common, "--workers", "2"], tmp_path, 30)  # past step 25, in the first epoch
+    done = subprocess.run(
+        [*common, "--workers", str(workers), "--directory", str(tmp_path)],
+        check=True,
+        timeout=300,
+        capture_output=True,
+        text=True,
+    )
+    assert f"resuming epoch 0 at step 25 with {workers} workers" in done.stdout
+    assert f"epoch 0: {EPOCH} samples, {EPOCH} distinct" in done.stdout
+    assert f"epoch 1: {EPOCH} samples, {EPOCH} distinct" in done.stdout
 
 
 def _steps(directory: Path) -> int:

@@ -35,7 +35,7 @@ from torch.utils.data import IterDataPipe
 
 from wdspipes.core.seeds import pipeline_epoch, seeded_stages, set_pipeline_epoch
 from wdspipes.errors import ResumeError
-from wdspipes.state.checkpoint import FORMAT, pipeline_state, restore_pipeline
+from wdspipes.state.checkpoint import FORMAT, restore_pipeline, state_saver
 from wdspipes.state.elastic import merge_pipeline_states
 from wdspipes.state.graph import upstream_of
 from wdspipes.state.protocol import Resumable
@@ -89,7 +89,7 @@ def _saver(sink: IterDataPipe[Any]) -> Callable[[], dict[str, Any]]:
     once, as the epoch begins (the stages' parts are asked for each time)."""
     stages = seeded_stages(sink)
     try:
-        pipeline_state(sink)  # the graph's checks, once
+        save = state_saver(sink)
     except ResumeError as exn:
         error = exn
 
@@ -98,11 +98,10 @@ def _saver(sink: IterDataPipe[Any]) -> Callable[[], dict[str, Any]]:
 
         return refuse
 
-    def save() -> dict[str, Any]:
-        epoch = max((stage.stage_epoch() for stage in stages), default=None)
-        return pipeline_state(sink, epoch)
+    def save_in_epoch() -> dict[str, Any]:
+        return save(max((stage.stage_epoch() for stage in stages), default=None))
 
-    return save
+    return save_in_epoch
 
 
 class StateTags(IterDataPipe[Tagged]):

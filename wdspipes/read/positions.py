@@ -42,12 +42,18 @@ _NONE: Any = object()
 START, END = "start", "end"
 """A reader's position before the first sample of its epoch, and after the last."""
 
+CHECKED = 32
+"""Of how many of the last shards it entered a reader's state keeps a checksum of the URL: in a
+job resumed with another number of readers, the shards the readers go on in and those the
+samples of their shuffle buffers are in are checked to be the same."""
+
 
 class ShardCursor:
     """Which shard a reader is in: its index in the epoch's list of shards (as ``open_shards``
     numbers them; without an opener, its number among those read, from 0), its local file if
     any, and the entries every sample of it gets after ``__url__`` (:func:`sample_entries`), if
-    any. Given a dict in ``checks``, it notes there a checksum of each shard's URL by index.
+    any. Given a dict in ``checks``, it notes there a checksum of the URL of each of the last
+    :data:`CHECKED` shards, by index.
 
     When the shard fails, the loader notes the member it failed in and where, if known
     (``failed_member``, ``failed_offset``), and the reader the key of the sample it dropped
@@ -183,6 +189,8 @@ def read_shards(
         cursor.enter(stream, fields)
         if checks is not None:
             checks[cursor.number] = zlib.crc32(url.encode("utf-8", "surrogatepass"))
+            if len(checks) > CHECKED:
+                del checks[next(iter(checks))]
         offset = starts.get(cursor.number, 0) if starts else 0
         try:
             yield from read(url, stream, offset)
@@ -209,8 +217,8 @@ def _dropping(error: Exception, cursor: ShardCursor) -> Exception:
 
 class Partials(NamedTuple):
     """Where the readers of a merged state were in the shards they had begun: shard index ->
-    the reader's place in it (byte offset, and for a stream shard the item's number), and the
-    checksum of each such shard's URL."""
+    the reader's place in it (byte offset, and for a stream shard the item's number); and the
+    checksums of the URLs of the last shards they entered, by index."""
 
     places: dict[int, list[int]]
     checks: dict[int, int]
@@ -233,6 +241,7 @@ class SampleReader(StageDataPipe[Sample]):
         self.cursor = ShardCursor()
         self.next_offset: int | str = START
         self.places = SamplePlaces()
+        self.checks: dict[int, int] = {}  # of the last shards' URLs (see read_shards)
         self._resume: list[int] | str | Partials | None = None
 
     def _opener(self) -> ShardOpener:
@@ -262,10 +271,10 @@ class SampleReader(StageDataPipe[Sample]):
         opener = self._find_opener()
         if opener is not None:
             epoch_begins(opener)
-        resume, replay, places = self._resume, self.places.again, self.places
-        self._resume, places.again = None, []
-        checks, places.checks = places.checks, {}
-        self.cursor = ShardCursor(places.checks)
+        resume, replay = self._resume, self.places.again
+        self._resume, self.places.again = None, []
+        self.checks = {}
+        self.cursor = ShardCursor(self.checks)
         self.next_offset = START
         if resume is None or resume == START:
             if replay:
@@ -275,8 +284,7 @@ class SampleReader(StageDataPipe[Sample]):
         if isinstance(resume, Partials):  # a merged state: this reader's shards of it
             layout = layout_of(self._opener())
             starts = {index: at for index, at in resume.places.items() if owned(index, layout)}
-            checks = {**checks, **resume.checks}
-            self._opener().resume_at(None, wanted, starts, checks)
+            self._opener().resume_at(None, wanted, starts, resume.checks)
             return starts, replay
         if not isinstance(resume, list):  # the end of its epoch
             self._opener().resume_at(ALL, wanted)
@@ -354,16 +362,15 @@ class SampleReader(StageDataPipe[Sample]):
 
     def get_state(self) -> dict[str, Any]:
         """The place of the next sample: ``[shard index, byte offset]``, or ``"start"`` or
-        ``"end"`` of the epoch, and a checksum of that shard's URL.
+        ``"end"`` of the epoch; and checksums of the URLs of the last shards entered.
 
         Raises:
             ResumeError: the reader does not read ``open_shards`` as it must to resume.
         """
         self._opener()
-        offset, number = self.next_offset, self.cursor.number
-        if not isinstance(offset, int):
-            return {"next": offset}
-        return {"next": [number, offset], "check": self.places.checks.get(number)}
+        offset = self.next_offset
+        place = [self.cursor.number, offset] if isinstance(offset, int) else offset
+        return {"next": place, "checks": dict(self.checks)}
 
     def set_state(self, state: Any) -> None:
         self.places.again = []
@@ -376,8 +383,7 @@ class SampleReader(StageDataPipe[Sample]):
             if isinstance(part["next"], list):
                 index, *place = part["next"]
                 places[index] = place
-                if part["check"] is not None:
-                    checks[index] = part["check"]
+            checks.update((int(index), check) for index, check in part["checks"].items())
         self._resume = Partials(places, checks)
 
     def sample_places(self) -> SamplePlaces:

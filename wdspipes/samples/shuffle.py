@@ -161,8 +161,7 @@ class BufferShuffler(SeededStage, StageDataPipe[T]):
     ) -> list[tuple[int, int]]:
         """The places of the samples a restored state left in the buffer, in buffer order:
         its own (the draws made go on), or this reader's share of a merged state's (those in
-        the shards the sharding filter gives it, drawn anew), whose URLs' checksums it gives
-        the reader to check."""
+        the shards the sharding filter gives it, drawn anew)."""
         if isinstance(resume, dict):
             held = array("q", resume["buffer"])
             self.draws.skip(resume["draws"])
@@ -173,18 +172,15 @@ class BufferShuffler(SeededStage, StageDataPipe[T]):
             held = array("q", part.get("buffer", b""))
             places_held = zip(held[::2], held[1::2], strict=True)
             mine.update(place for place in places_held if owned(place[0], layout))
-            checks = part.get("checks", {})
-            places.checks.update((int(index), check) for index, check in checks.items())
         return sorted(mine)
 
     def __len__(self) -> int:
         return len(self.source_datapipe)  # a TypeError where the source has no length
 
     def get_state(self) -> dict[str, Any]:
-        """The seed state; after the reader also the draws made, the places of the samples in
-        the buffer (which the reader yields again first when restored) and checksums of the
-        URLs of their shards. Before the reader (a shard shuffle), the seed state alone makes
-        it give the epoch's order again.
+        """The seed state; after the reader also the draws made and the places of the samples
+        in the buffer (which the reader yields again first when restored). Before the reader
+        (a shard shuffle), the seed state alone makes it give the epoch's order again.
 
         Raises:
             ResumeError: a stage between the reader and the buffer changes how many items come
@@ -198,10 +194,8 @@ class BufferShuffler(SeededStage, StageDataPipe[T]):
                 "out; shuffle before that stage"
             )
         if self.link is not None:
-            refs, checks = self.refs, self.link.checks
             state["draws"] = self.draws.count
-            state["buffer"] = refs.tobytes()
-            state["checks"] = {index: checks[index] for index in set(refs[::2]) if index in checks}
+            state["buffer"] = self.refs.tobytes()
         return state
 
     def set_state(self, state: Any) -> None:

@@ -58,6 +58,7 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from torch.utils.data import IterDataPipe
@@ -75,6 +76,7 @@ __all__ = [
     "pipeline_state",
     "restore_pipeline",
     "stage_keys",
+    "state_saver",
 ]
 
 FORMAT = "wdspipes-state/3"
@@ -88,8 +90,8 @@ def _reader_index(chain: list[IterDataPipe[Any]], parts: list[Resumable]) -> int
     sources' states, where the chain begins); ResumeError if there is not one, or if a stage
     before it cannot restart its epoch."""
     readers = [index for index, part in enumerate(parts) if part.reader or part.holds_sources]
-    known = ", ".join(reader_names())
     if not readers:
+        known = ", ".join(reader_names())
         raise ResumeError(
             f"{stage_name(chain[-1])}, at the end of the pipeline, cannot resume: no stage "
             "from the source to it keeps the place of what it reads, so nothing would skip "
@@ -99,10 +101,12 @@ def _reader_index(chain: list[IterDataPipe[Any]], parts: list[Resumable]) -> int
         )
     if len(readers) > 1:
         found = ", ".join(stage_name(chain[index]) for index in readers)
+        known = ", ".join(reader_names())
         raise ResumeError(f"resuming needs exactly one reader ({known}), found {found}")
     reader = readers[0]
     for pipe, part in zip(chain[:reader], parts[:reader], strict=True):
         if not (part.restartable or part.one_to_one):
+            known = ", ".join(reader_names())
             raise ResumeError(
                 f"{stage_name(pipe)} comes before the reader ({known}), which has it run its "
                 "epoch again from the start when the pipeline is restored, and it has not "
@@ -132,18 +136,33 @@ def pipeline_state(sink: IterDataPipe[Any], epoch: int | None = None) -> dict[st
     Raises:
         ResumeError: a stage cannot save its state; the message names it.
     """
+    return state_saver(sink)(epoch)
+
+
+def state_saver(sink: IterDataPipe[Any]) -> Callable[[int | None], dict[str, Any]]:
+    """A function that gives :func:`pipeline_state` of ``sink`` in the epoch given it, the
+    graph walked once here (the stages' parts are asked for at each call): for a loader that
+    takes the state of every batch.
+
+    Raises:
+        ResumeError: the graph cannot save its state (the stages' own refusals come from the
+            function).
+    """
     chain = chain_of(sink)
     parts = [part_of(pipe) for pipe in chain]
     _reader_index(chain, parts)
     readers, reader = layout_of(sink)
-    return {
-        "format": FORMAT,
-        "epoch": epoch,
-        "reader": [reader, readers],
-        "stages": {
-            key: part.get_state() for key, part in zip(stage_keys(chain), parts, strict=True)
-        },
-    }
+    keys = stage_keys(chain)
+
+    def save(epoch: int | None) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "epoch": epoch,
+            "reader": [reader, readers],
+            "stages": {key: part.get_state() for key, part in zip(keys, parts, strict=True)},
+        }
+
+    return save
 
 
 def restore_pipeline(sink: IterDataPipe[Any], state: dict[str, Any]) -> None:

@@ -88,18 +88,16 @@ class SamplePlaces:
 
     The reader sets :attr:`last` to the :data:`Place` of each sample before it yields it, so a
     buffer that sees the sample next reads where it lives (a buffer sees it next when every
-    stage in between is :attr:`~Resumable.one_to_one`), and keeps in :attr:`checks` a checksum
-    of the URL of each shard it entered this epoch. A buffer restored with samples in it puts
-    their places in :attr:`again` before its epoch begins, and the reader yields those samples
-    first, read again from their shards. Plain data: it pickles with the reader.
+    stage in between is :attr:`~Resumable.one_to_one`). A buffer restored with samples in it
+    puts their places in :attr:`again` before its epoch begins, and the reader yields those
+    samples first, read again from their shards. Plain data: it pickles with the reader.
     """
 
-    __slots__ = ("again", "checks", "last")
+    __slots__ = ("again", "last")
 
     def __init__(self) -> None:
         self.last: Place = (0, 0)
         self.again: list[Place] = []
-        self.checks: dict[int, int] = {}
 
 
 class AllReaders:
