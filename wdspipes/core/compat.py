@@ -71,12 +71,13 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
+import torch.multiprocessing as torch_multiprocessing
 from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes._hook_iterator import hook_iterator
 from torch.utils.data.datapipes.datapipe import _IterDataPipeSerializationWrapper
 
 from wdspipes.core import loader_state
-from wdspipes.core.loader_state import KEY, Deliveries, StateTags, Tagged
+from wdspipes.core.loader_state import KEY, Deliveries, StateChannel, StateTags, Tagged
 from wdspipes.errors import ResumeError, WorkerError
 from wdspipes.state.graph import upstream_of
 from wdspipes.state.protocol import Resumable
@@ -400,8 +401,12 @@ def _mend_services(services: ModuleType) -> None:
 
     @functools.wraps(initialize)
     def initialize_workers(self: Any, datapipe: Any) -> Any:
-        if self.num_workers and not isinstance(self.worker_init_fn, _NumberWorker):
-            self.worker_init_fn = _NumberWorker(self.worker_init_fn)
+        tagged = any(isinstance(stage, StateTags) for stage in (datapipe, *upstream_of(datapipe)))
+        if self.num_workers and tagged:
+            context = torch_multiprocessing.get_context(self.multiprocessing_context)
+            channels = [StateChannel(*context.Pipe()) for _ in range(self.num_workers)]
+            self.worker_init_fn = _NumberWorker(self.worker_init_fn, channels)
+            self._wds_channels = channels
         end = initialize(self, datapipe)
         for index, (wrapper, (process, _, _)) in enumerate(
             zip(self._worker_datapipes, self._worker_processes, strict=True)
@@ -412,11 +417,14 @@ def _mend_services(services: ModuleType) -> None:
             self._worker_consumer_datapipe._wds_first_turn = first
         return end
 
+    end_processes = _end_processes  # bound now: a loader collected as Python exits finalizes
+
     @functools.wraps(finalize)
     def finalize_workers(self: Any) -> None:
         processes = [process for process, _, _ in self._worker_processes]
         finalize(self)
-        _end_processes(processes)
+        if processes:
+            end_processes(processes)
 
     multiprocessing.initialize = initialize_workers
     multiprocessing.finalize = finalize_workers
@@ -451,26 +459,32 @@ def _end_processes(processes: list[Any]) -> None:
 
 class _NumberWorker:
     """A worker's init function (MultiProcessingReadingService's ``worker_init_fn``) that tells
-    the pipeline's :class:`~wdspipes.core.loader_state.StateTags` which worker it runs in, then
-    calls the user's own, if any."""
+    the pipeline's :class:`~wdspipes.core.loader_state.StateTags` which worker it runs in and
+    has it answer the main process's requests for states on the worker's channel, then calls
+    the user's own, if any."""
 
-    def __init__(self, init: Callable[[Any, Any], Any] | None) -> None:
+    def __init__(
+        self, init: Callable[[Any, Any], Any] | None, channels: list[StateChannel]
+    ) -> None:
         self.init = init
+        self.channels = channels
 
     def __call__(self, datapipe: Any, worker_info: Any) -> Any:
+        worker = worker_info.worker_id
         for stage in (datapipe, *upstream_of(datapipe)):
             if isinstance(stage, StateTags):
-                stage.worker = worker_info.worker_id
+                stage.worker = worker
+                self.channels[worker].serve(stage)
         return datapipe if self.init is None else self.init(datapipe, worker_info)
 
 
 def _mend_loader(loader: ModuleType) -> None:
     """DataLoader2 saves and restores a wdspipes pipeline's state (see
-    :mod:`wdspipes.core.loader_state`)."""
+    :mod:`wdspipes.core.loader_state`): as an epoch begins, after the delivery of items and in
+    its ``state_dict()``. (A state given to ``load_state_dict`` or ``from_state`` is taken
+    back as the first epoch begins: DataLoader2 keeps it.)"""
     cls, iterator = loader.DataLoader2, loader.DataLoader2Iterator
-    original_iter, original_next = cls.__iter__, iterator.__next__
-    original_state, original_load = cls.state_dict, cls.load_state_dict
-    original_from_state = cls.from_state.__func__
+    original_iter, original_next, original_state = cls.__iter__, iterator.__next__, cls.state_dict
 
     @functools.wraps(original_iter)
     def iterate(self: Any) -> Any:
@@ -491,41 +505,57 @@ def _mend_loader(loader: ModuleType) -> None:
         state: dict[str, Any] = original_state(self)
         deliveries = self.__dict__.get("_wds_deliveries")
         if deliveries is not None and KEY not in state:
-            state[KEY] = deliveries.to_state()
+            state[KEY] = deliveries.to_state(_states_kept(self))
         return state
 
-    @functools.wraps(original_load)
-    def load_state_dict(self: Any, state_dict: dict[str, Any]) -> None:
-        original_load(self, state_dict)
-        _restore_from(self, state_dict)
-
-    def from_state(cls: Any, state: dict[str, Any], reading_service: Any) -> Any:
-        restored = original_from_state(cls, state, reading_service)
-        _restore_from(restored, state)
-        return restored
-
-    cls.__iter__, iterator.__next__ = iterate, next_item
-    cls.state_dict, cls.load_state_dict = state_dict, load_state_dict
-    cls.from_state = classmethod(functools.wraps(original_from_state)(from_state))
+    cls.__iter__, iterator.__next__, cls.state_dict = iterate, next_item, state_dict
 
 
 def _begin_epoch(loader: Any) -> None:
-    """A DataLoader2's epoch begins: at its first, a wdspipes pipeline gets the stage that
-    tags items with its state (and takes a restored state back); at every one, the record of
-    what was delivered moves on."""
+    """A DataLoader2's epoch begins. At its first, a wdspipes pipeline gets the stage that tags
+    items with its state, which takes the state the loader was given back, if any; its seeds
+    are then drawn again from where they were as the saved epoch began, and the worker whose
+    turn was next begins. At every epoch, the record of what was delivered moves on."""
     deliveries = loader.__dict__.get("_wds_deliveries")
-    if deliveries is None:
-        if not loader_state.is_wdspipes_pipeline(loader.datapipe):
-            return
-        workers, layout = loader_state.dataloader2_layout(loader.reading_service)
-        restoring = loader.__dict__.pop("_wds_restoring", None)
-        loader.datapipe = StateTags(loader.datapipe, restoring)
-        loader._wds_deliveries = deliveries = Deliveries(workers, layout)
-        first = loader.__dict__.pop("_wds_first_turn", 0)
-        if first and workers:
-            _multiprocessing(loader.reading_service)._wds_first_turn = first
+    if deliveries is not None:
+        deliveries.epoch_begins()
         return
-    deliveries.epoch_begins()
+    if not loader_state.is_wdspipes_pipeline(loader.datapipe):
+        return
+    workers, layout = loader_state.dataloader2_layout(loader.reading_service)
+    saved = (loader._state_dict or {}).get(KEY)
+    restoring = None if saved is None else loader_state.restoring(saved, workers, layout)
+    service = _multiprocessing(loader.reading_service)
+    ahead = getattr(service, "worker_prefetch_cnt", 0) + getattr(service, "main_prefetch_cnt", 0)
+    loader.datapipe = loader._wds_tags = StateTags(loader.datapipe, restoring, ahead + _MARGIN)
+    loader._wds_deliveries = Deliveries(workers, layout)
+    if saved is None or restoring is None:
+        return
+    loader._seed_generator = loader._initial_seed_generator
+    last = saved.get("last_worker")
+    if restoring.readers is not None and last is not None and workers:
+        _multiprocessing(loader.reading_service)._wds_first_turn = (last + 1) % workers
+
+
+_MARGIN = 16
+"""Items a worker's StateTags keeps the states of beyond the prefetch buffers' (the queue's
+item, FullSync's)."""
+
+
+def _states_kept(loader: Any) -> Callable[[int, int], Any]:
+    """How a DataLoader2's ``state_dict()`` gets the state kept for a worker's item: from its
+    StateTags in this process without workers, else on the worker's channel."""
+    tags: StateTags = loader._wds_tags
+    service = _multiprocessing(loader.reading_service)
+    channels: list[StateChannel] | None = getattr(service, "_wds_channels", None)
+    if channels is None:
+        return lambda worker, number: tags.state_of(number)
+
+    def ask(worker: int, number: int) -> Any:
+        wrapper = service._worker_datapipes[worker]
+        return channels[worker].ask(number, lambda: _check_alive(wrapper, worker))
+
+    return ask
 
 
 def _multiprocessing(service: Any) -> Any:
@@ -533,22 +563,6 @@ def _multiprocessing(service: Any) -> Any:
         if type(each).__name__ == "MultiProcessingReadingService":
             return each
     return service
-
-
-def _restore_from(loader: Any, state: dict[str, Any]) -> None:
-    """Set a DataLoader2 that was given ``state`` to take its pipeline's state back as its first
-    epoch begins, and its seeds to be that epoch's again."""
-    ours = state.get(KEY)
-    if ours is None:
-        return
-    workers, layout = loader_state.dataloader2_layout(loader.reading_service)
-    restoring = loader_state.restoring(ours, workers, layout)
-    loader._wds_restoring = restoring
-    last = ours.get("last_worker")
-    if restoring.readers is not None and last is not None and workers:
-        loader._wds_first_turn = (last + 1) % workers
-    # The epoch goes on: its seeds are drawn again from where they were as it began.
-    loader._seed_generator = loader._initial_seed_generator
 
 
 class StatefulPipeline(_IterDataPipeSerializationWrapper):

@@ -6,11 +6,13 @@ checked against.
 
 **DataLoader2.** Workers read ahead of what the training loop has taken: each keeps a prefetch
 buffer, and the main process another. So the pipeline's state in a worker is never that of the
-last batch delivered. The mended loader ends the pipeline with :class:`StateTags`, which sends
-each item out with the pipeline's state as the item leaves it (a few kilobytes, computed in
-about 20 µs: per batch, a small share of making it), and the main process keeps, per worker,
-the state of the last item it delivered (:class:`Deliveries`). ``state_dict()`` holds those
-states, the worker whose turn is next, and the epoch. Loaded into a loader with the same
+last batch delivered. The mended loader ends the pipeline with :class:`StateTags`, which takes
+the pipeline's state as each item leaves it (a few kilobytes, in about 20 µs: per batch, a small
+share of making it), keeps the states of the items not yet delivered, and sends each item out
+numbered (:class:`Tagged`). The main process notes the number of the last item each worker
+delivered (:class:`Deliveries`), and ``state_dict()`` asks each worker for the state of that
+item (:class:`StateChannel`), holding those states, the worker whose turn is next, and the
+epoch. Loaded into a loader with the same
 workers (and rank), each worker takes its own state back and the round-robin goes on at the
 worker whose turn it was: the batches are those the uninterrupted run would have delivered,
 those prefetched but not delivered included. Loaded into a loader with another number of
@@ -28,6 +30,7 @@ mend merges the workers' states and gives every new worker the merged state.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -43,10 +46,12 @@ from wdspipes.state.protocol import Resumable
 __all__ = [
     "KEY",
     "Deliveries",
+    "StateChannel",
     "StateTags",
     "Tagged",
     "is_wdspipes_pipeline",
     "merge_states",
+    "saver",
 ]
 
 log = logging.getLogger(__name__)
@@ -66,25 +71,27 @@ def is_wdspipes_pipeline(pipe: object) -> bool:
 
 
 class Tagged:
-    """An item on its way from a worker to the training loop, with the state of the pipeline
-    as the item left it (or the ResumeError that says why there is none), and the worker it
-    came from (set in the main process)."""
+    """An item on its way from a worker to the training loop, with its number in that worker's
+    stream of items (by which the state of the pipeline as the item left it is found: see
+    :class:`StateTags`), the epoch it belongs to, and the worker it came from (set in the main
+    process)."""
 
-    __slots__ = ("state", "value", "worker")
+    __slots__ = ("epoch", "number", "value", "worker")
 
-    def __init__(self, value: Any, state: dict[str, Any] | ResumeError) -> None:
+    def __init__(self, value: Any, number: int, epoch: int | None) -> None:
         self.value = value
-        self.state = state
+        self.number = number
+        self.epoch = epoch
         self.worker = 0
 
-    def __getstate__(self) -> tuple[Any, Any, int]:
-        return self.value, self.state, self.worker
+    def __getstate__(self) -> tuple[Any, int, int | None, int]:
+        return self.value, self.number, self.epoch, self.worker
 
-    def __setstate__(self, state: tuple[Any, Any, int]) -> None:
-        self.value, self.state, self.worker = state
+    def __setstate__(self, state: tuple[Any, int, int | None, int]) -> None:
+        self.value, self.number, self.epoch, self.worker = state
 
 
-def _saver(sink: IterDataPipe[Any]) -> Callable[[], dict[str, Any]]:
+def saver(sink: IterDataPipe[Any]) -> Callable[[], dict[str, Any]]:
     """A function that gives the state of the pipeline ending in ``sink``: the graph is walked
     once, as the epoch begins (the stages' parts are asked for each time)."""
     stages = seeded_stages(sink)
@@ -106,29 +113,54 @@ def _saver(sink: IterDataPipe[Any]) -> Callable[[], dict[str, Any]]:
 
 class StateTags(IterDataPipe[Tagged]):
     """The stage DataLoader2's mend ends a wdspipes pipeline with, in each worker (or in the
-    main process without workers): it yields each item of the pipeline as a :class:`Tagged`
-    with the pipeline's state, which the main process takes off before the training loop sees
-    the item. Restored, it hands its pipeline the state the loader was given as its epoch
-    begins, after the loader seeded it (:attr:`restoring`).
+    main process without workers): it numbers each item of the pipeline (a :class:`Tagged`,
+    which the main process takes off before the training loop sees the item) and keeps, by
+    number, the pipeline's state as the item left it (or the ResumeError that says why there
+    is none), for the last :attr:`keep` items: at least those read ahead of the training loop.
+    Restored, it hands its pipeline the state the loader was given as its epoch begins, after
+    the loader seeded it (:attr:`restoring`).
     """
 
-    def __init__(self, source_datapipe: IterDataPipe[Any], restoring: Restoring | None) -> None:
+    def __init__(
+        self, source_datapipe: IterDataPipe[Any], restoring: Restoring | None, keep: int
+    ) -> None:
         self.source_datapipe = source_datapipe
         self.restoring = restoring
+        self.keep = keep
         self.worker = 0  # set in each worker as it starts (see wdspipes.core.compat)
+        self.states: dict[int, dict[str, Any] | ResumeError] = {}
+        self.count = 0  # items tagged, in every epoch
 
     def __iter__(self) -> Iterator[Tagged]:
         restoring, self.restoring = self.restoring, None
         source = self.source_datapipe
         if restoring is not None:
             restoring.restore(source, self.worker)
-        save = _saver(source)
+        save, states = saver(source), self.states
         for item in source:
+            number = self.count = self.count + 1
             try:
                 state: dict[str, Any] | ResumeError = save()
             except ResumeError as exn:
                 state = exn
-            yield Tagged(item, state)
+            states[number] = state
+            states.pop(number - self.keep, None)
+            yield Tagged(item, number, state.get("epoch") if isinstance(state, dict) else None)
+
+    def state_of(self, number: int) -> dict[str, Any] | ResumeError:
+        """The state kept for item ``number``.
+
+        Raises:
+            ResumeError: it is not kept any more (more items were read ahead than kept).
+        """
+        state = self.states.get(number)
+        if state is None:
+            raise ResumeError(
+                f"the pipeline's state as item {number} left it is no longer kept (the last "
+                f"{self.keep} are): more items were read ahead than the loader's prefetch "
+                "counts allow"
+            )
+        return state
 
 
 class Restoring:
@@ -155,8 +187,8 @@ class Restoring:
 
 
 class Deliveries:
-    """What the main process of a DataLoader2 knows of its workers' pipelines: the state that
-    came with the last item each delivered, the epochs begun since, and the worker that
+    """What the main process of a DataLoader2 knows of its workers' pipelines: the number and
+    epoch of the last item each delivered, the epochs begun since, and the worker that
     delivered last in this epoch.
 
     Args:
@@ -169,12 +201,12 @@ class Deliveries:
         self.workers = workers
         self.layout = layout
         count = max(workers, 1)
-        self.states: list[dict[str, Any] | ResumeError | None] = [None] * count
+        self.last: list[Tagged | None] = [None] * count
         self.since = [0] * count
         self.last_worker: int | None = None
 
     def delivered(self, item: Tagged) -> None:
-        self.states[item.worker] = item.state
+        self.last[item.worker] = item
         self.since[item.worker] = 0
         self.last_worker = item.worker
 
@@ -182,24 +214,26 @@ class Deliveries:
         self.since = [count + 1 for count in self.since]
         self.last_worker = None
 
-    def to_state(self) -> dict[str, Any]:
-        """The state of every worker's pipeline as of the last item the loop took of it.
+    def to_state(self, state_of: Callable[[int, int], dict[str, Any] | ResumeError]) -> Any:
+        """The state of every worker's pipeline as of the last item the loop took of it:
+        ``state_of(worker, number)`` gives the state kept for that item.
 
         Raises:
             ResumeError: a worker's pipeline could not save its state then; why.
         """
         epoch = None
-        for state, since in zip(self.states, self.since, strict=True):
-            if isinstance(state, dict) and state["epoch"] is not None:
-                epoch = state["epoch"] + since
+        for item, since in zip(self.last, self.since, strict=True):
+            if item is not None and item.epoch is not None:
+                epoch = item.epoch + since
         readers: list[dict[str, Any] | None] = []
-        for state, since in zip(self.states, self.since, strict=True):
-            if isinstance(state, ResumeError) and not since:
+        for worker, (item, since) in enumerate(zip(self.last, self.since, strict=True)):
+            if item is None or since:  # it delivered nothing of this epoch
+                readers.append(None if item is None and epoch is None else {"start": epoch})
+                continue
+            state = state_of(worker, item.number)
+            if isinstance(state, ResumeError):
                 raise state
-            if isinstance(state, dict) and not since:
-                readers.append(state)
-            else:
-                readers.append(None if state is None and epoch is None else {"start": epoch})
+            readers.append(state)
         return {
             "format": LOADER_FORMAT,
             "workers": self.workers,
@@ -207,6 +241,41 @@ class Deliveries:
             "readers": readers,
             "last_worker": self.last_worker,
         }
+
+
+class StateChannel:
+    """How the main process asks a worker for the state its :class:`StateTags` kept: a pipe,
+    served in the worker by a thread (:meth:`serve`), so that no state crosses the process
+    boundary but those ``state_dict()`` asks for."""
+
+    def __init__(self, main: Any, worker: Any) -> None:
+        self.main = main
+        self.worker = worker
+
+    def ask(self, number: int, alive: Callable[[], None]) -> dict[str, Any] | ResumeError:
+        """The state kept for item ``number``; ``alive()`` raises if the worker died while
+        this waits for it."""
+        self.main.send(number)
+        while not self.main.poll(0.1):
+            alive()
+        answer: dict[str, Any] | ResumeError = self.main.recv()
+        return answer
+
+    def serve(self, tags: StateTags) -> None:
+        """Start answering, in a thread of the worker: each request with ``tags``' state."""
+        threading.Thread(target=self._answer, args=(tags,), daemon=True).start()
+
+    def _answer(self, tags: StateTags) -> None:
+        while True:
+            try:
+                number = self.worker.recv()
+            except (EOFError, OSError):  # the main process has gone
+                return
+            try:
+                answer: dict[str, Any] | ResumeError = tags.state_of(number)
+            except ResumeError as exn:
+                answer = exn
+            self.worker.send(answer)
 
 
 def restoring(state: dict[str, Any], workers: int, layout: tuple[int, int]) -> Restoring:
