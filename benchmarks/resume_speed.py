@@ -235,7 +235,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         "merged state (pickled)",
         "buffered samples it takes",
         "restore to first sample",
-        "per buffered sample",
     ]
     rows = [
         [
@@ -243,7 +242,6 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"{r['size'] / 1000:.1f} kB",
             f"{r['held']:,}",
             f"{r['restore'] * 1000:.1f} ms",
-            f"{r['restore'] / max(r['held'], 1) * 1e6:.0f} µs",
         ]
         for cut, r in merged.items()
     ]

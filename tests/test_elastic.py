@@ -223,6 +223,22 @@ def test_a_stage_that_cannot_share_its_place_is_named(shards: dict[str, str]) ->
         pipe.load_state_dict(wds.merge_states(states))
 
 
+def test_an_opener_that_does_not_read_the_split_directly_is_refused(
+    shards: dict[str, str],
+) -> None:
+    """A stage between the sharding filter and the opener could change which index a shard
+    has (a filter drops some): merged states are refused there."""
+
+    def filtered() -> IterDataPipe[Any]:
+        split = wds.ShardList(shards["tar"]).sharding_filter()
+        return split.filter(bool).open_shards().load_tar().group_samples().map_samples(key_of)
+
+    _, states = saved_job(filtered, 2, random.Random(7))
+    pipe = reader(filtered, 3, 1)
+    with pytest.raises(ResumeError, match=r"reads the sharding filter through FilterIterDataPipe"):
+        pipe.load_state_dict(wds.merge_states(states))
+
+
 def test_a_changed_shard_list_is_refused(shards: dict[str, str], tmp_path: Path) -> None:
     """The shards the merged state goes on in are checked by a checksum of their URLs."""
     _, states = saved_job(lambda: webdataset(shards), 2, random.Random(6))

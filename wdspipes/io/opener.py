@@ -36,6 +36,7 @@ from wdspipes.io.local import local_path
 from wdspipes.io.urls import ByteStream, ShardStream, close_quietly, open_url
 from wdspipes.state.checkpoint import layout_of
 from wdspipes.state.elastic import ShardSet, owned
+from wdspipes.state.graph import sharding_filter_of
 from wdspipes.state.protocol import AllReaders
 
 __all__ = ["ALL", "OpenedShard", "ResumeTarget", "ShardOpener", "opened", "url_opener"]
@@ -214,6 +215,14 @@ class ShardOpener(StageDataPipe[OpenedShard]):
 
     def set_state(self, state: Any) -> None:
         if isinstance(state, AllReaders):
+            split = sharding_filter_of(self)
+            if split is not None and self.source_datapipe is not split:
+                raise ResumeError(
+                    f"{type(self).__name__} (open_shards) reads the sharding filter through "
+                    f"{type(self.source_datapipe).__name__}: to resume with the shards split "
+                    "among another number of readers it must read the filter directly (a "
+                    "shard is known by its index in the filter's list)"
+                )
             self._restored = _Restored(None, began_by(state.parts))
         else:
             self._restored = _Restored((state["taken"], state["digest"]), None)
