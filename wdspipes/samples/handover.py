@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from wdspipes.core.compat import on_workers_gone
+from wdspipes.core.worker_queues import on_workers_gone
 
 __all__ = ["MIN_BYTES", "batch_array", "forget_dead_workers"]
 
