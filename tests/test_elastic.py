@@ -21,6 +21,10 @@ from torch.utils.data.graph_settings import apply_sharding
 import wdspipes as wds
 from wdspipes.errors import ResumeError
 
+pytestmark = pytest.mark.filterwarnings(r"ignore:\d+ shards for .*:RuntimeWarning")
+"""Readers are simulated with shards that do not split evenly among them: the split check's
+warning is expected."""
+
 SIZES = [7, 9, 5, 11, 6, 8, 10, 4, 12, 3]
 """Samples per shard: uneven, so readers run out apart and shuffle buffers span shards."""
 
