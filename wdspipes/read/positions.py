@@ -43,9 +43,9 @@ START, END = "start", "end"
 """A reader's position before the first sample of its epoch, and after the last."""
 
 CHECKED = 32
-"""Of how many of the last shards it entered a reader's state keeps a checksum of the URL: in a
-job resumed with another number of readers, the shards the readers go on in and those the
-samples of their shuffle buffers are in are checked to be the same."""
+"""How many of the last shards it entered a reader keeps a checksum of the URL of, in its state:
+in a job resumed with another number of readers, the shards the readers go on in, and those the
+samples of their shuffle buffers are in, are checked to be the same ones."""
 
 
 class ShardCursor:
