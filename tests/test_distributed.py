@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import socket
 import subprocess
@@ -40,10 +41,12 @@ import pytest
 import shardgen
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
 from torch.utils.data import DataLoader, IterDataPipe
 from torch.utils.data.datapipes.iter import IterableWrapper
 from torch.utils.data.datapipes.iter.sharding import SHARDING_PRIORITIES
+from torchdata.stateful_dataloader import StatefulDataLoader
 from workers import two_workers
 
 import wdspipes as wds
@@ -73,12 +76,15 @@ def free_port() -> int:
         return port
 
 
-def run_ranks(scenario: str, directory: Path, **options: Any) -> list[dict[str, Any]]:
-    """Run ``SCENARIOS[scenario](directory, **options)`` on two ranks; their results by rank."""
+def run_ranks(
+    scenario: str, directory: Path, world: int = WORLD, **options: Any
+) -> list[dict[str, Any]]:
+    """Run ``SCENARIOS[scenario](directory, **options)`` on ``world`` ranks (two by default);
+    their results by rank."""
     context = mp.start_processes(
         _rank_main,
-        args=(scenario, free_port(), directory, options),
-        nprocs=WORLD,
+        args=(scenario, free_port(), directory, world, options),
+        nprocs=world,
         join=False,
         start_method="spawn",
     )
@@ -88,18 +94,18 @@ def run_ranks(scenario: str, directory: Path, **options: Any) -> list[dict[str, 
             for process in context.processes:
                 process.kill()
             pytest.fail(f"{scenario}: the ranks did not finish within {DEADLINE} s (a hang)")
-    return [json.loads((directory / f"rank{rank}.json").read_text()) for rank in range(WORLD)]
+    return [json.loads((directory / f"rank{rank}.json").read_text()) for rank in range(world)]
 
 
 def _rank_main(
-    rank: int, scenario: str, port: int, directory: Path, options: dict[str, Any]
+    rank: int, scenario: str, port: int, directory: Path, world: int, options: dict[str, Any]
 ) -> None:
     os.environ.update(LOCALHOST, MASTER_PORT=str(port))
     dist.init_process_group(
         "gloo",
         init_method=f"tcp://127.0.0.1:{port}",
         rank=rank,
-        world_size=WORLD,
+        world_size=world,
         timeout=timedelta(seconds=TIMEOUT),
     )
     try:
@@ -216,9 +222,108 @@ def failing_scenario(directory: Path, pipeline: str, loader: str, workers: int) 
     return {"error": None}
 
 
+def dl2_service(workers: int) -> Any:
+    dl2 = dataloader2()
+    service = dl2.DistributedReadingService(timeout=TIMEOUT)
+    if workers:
+        multiprocessing = dl2.MultiProcessingReadingService(
+            num_workers=workers, multiprocessing_context="fork"
+        )
+        service = dl2.SequentialReadingService(service, multiprocessing)
+    return service
+
+
+def resumable(urls: list[str]) -> IterDataPipe[Any]:
+    """Batches of 2 keys: a shard shuffle and a sample buffer, both seeded."""
+    return (
+        wds.WebDataset(urls, shardshuffle=True, seed=11)
+        .buffer_shuffle(6, initial=3, seed=12)
+        .to_tuple("__key__")
+        .batched(2, collation_fn=None)
+    )
+
+
+def make_loader(kind: str, urls: list[str], workers: int) -> Any:
+    if kind == "dl2":
+        return dataloader2().DataLoader2(resumable(urls), reading_service=dl2_service(workers))
+    context = "fork" if workers else None
+    return StatefulDataLoader(
+        resumable(urls), batch_size=None, num_workers=workers, multiprocessing_context=context
+    )
+
+
+def batch_keys(batch: Any) -> list[str]:
+    return [key for (key,) in batch]
+
+
+def take(loader: Any, count: int | None) -> list[list[str]]:
+    """The next ``count`` batches' keys (None: to the end of the epoch)."""
+    taken = []
+    for batch in loader:
+        taken.append(batch_keys(batch))
+        if len(taken) == count:
+            break
+    return taken
+
+
+def close(loader: Any) -> None:
+    if hasattr(loader, "shutdown"):
+        loader.shutdown()
+
+
+def dl2_resume_scenario(directory: Path, workers: int, cut: int) -> dict[str, Any]:
+    """DataLoader2 on this rank: two epochs uninterrupted; then a run stopped after ``cut``
+    batches, its state loaded into a new loader, which goes on to the end of the two epochs."""
+    urls = shards_of(directory)
+    loader = make_loader("dl2", urls, workers)
+    whole = [take(loader, None) for _ in range(2)]
+    close(loader)
+    loader = make_loader("dl2", urls, workers)
+    head = take(loader, cut)
+    state = pickle.loads(pickle.dumps(loader.state_dict()))
+    close(loader)
+    loader = make_loader("dl2", urls, workers)
+    loader.load_state_dict(state)
+    rest = [take(loader, None) for _ in range(2)]
+    close(loader)
+    return {"whole": whole, "resumed": [head + rest[0], rest[1]]}
+
+
+def save_scenario(directory: Path, kind: str, workers: int, cut: int) -> dict[str, Any]:
+    """Stop after ``cut`` batches and checkpoint with torch.distributed.checkpoint, as
+    docs/recipes/distributed.md says: each rank's loader state under a key of its own."""
+    loader = make_loader(kind, shards_of(directory), workers)
+    head = take(loader, cut)
+    rank = dist.get_rank()
+    state = {"loader": {f"rank{rank}": pickle.dumps(loader.state_dict())}}
+    dcp.save(state, checkpoint_id=directory / "checkpoint")
+    close(loader)
+    return {"delivered": head}
+
+
+def load_scenario(directory: Path, kind: str, workers: int) -> dict[str, Any]:
+    """A job of another size: every rank reads all the old ranks' loader states, merges them,
+    and goes on to the end of the epoch, then reads the next one."""
+    path = directory / "checkpoint"
+    saved = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
+    state: dict[str, Any] = {
+        "loader": {key.split(".", 1)[1]: b"" for key in saved if key.startswith("loader.")}
+    }
+    dcp.load(state, checkpoint_id=path)
+    loader = make_loader(kind, shards_of(directory), workers)
+    loader.load_state_dict(wds.merge_states([pickle.loads(s) for s in state["loader"].values()]))
+    rest = take(loader, None)
+    after = take(loader, None)
+    close(loader)
+    return {"rest": rest, "after": after, "old ranks": len(state["loader"])}
+
+
 SCENARIOS: dict[str, Callable[..., dict[str, Any]]] = {
     "epochs": epochs_scenario,
     "failing": failing_scenario,
+    "dl2 resume": dl2_resume_scenario,
+    "save": save_scenario,
+    "load": load_scenario,
 }
 
 
@@ -372,6 +477,43 @@ def test_the_example_trains_under_torchrun(tmp_path: Path) -> None:
                 assert epoch["samples"] == epoch["distinct"] == report["dataset_size"]
         assert report["epochs"][-1]["accuracy"] > 0.5  # the model learns
         assert "epoch 2" in result.stdout
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dataloader2_resumes_each_rank_exactly(tmp_path: Path, workers: int) -> None:
+    """DistributedReadingService alone and with 2 workers a rank: restored, every rank delivers
+    the batches the uninterrupted run did."""
+    write_shards(tmp_path, [5] * 8)
+    for rank in run_ranks("dl2 resume", tmp_path, workers=workers, cut=3):
+        assert rank["resumed"] == rank["whole"]
+        assert rank["whole"][0] != rank["whole"][1]
+
+
+@pytest.mark.parametrize(("kind", "workers"), [("stateful", 0), ("dl2", 2)])
+@pytest.mark.parametrize("world", [1, 3])
+def test_a_two_rank_state_goes_on_with_another_number_of_ranks(
+    tmp_path: Path, kind: str, workers: int, world: int
+) -> None:
+    """Two ranks checkpoint mid-epoch (torch.distributed.checkpoint, each rank's loader state
+    under its own key); a job of 1 or 3 ranks merges the states and goes on: every sample not
+    yet delivered is delivered once, and the next epoch is whole. Under DataLoader2 every rank
+    then stops with the first that runs out (its FullSync), so the resumed epoch may end
+    early on 3 ranks: no sample twice, and the epoch after is whole."""
+    keys = write_shards(tmp_path, [5] * 8)
+    before = run_ranks("save", tmp_path, kind=kind, workers=workers, cut=3)
+    after = run_ranks("load", tmp_path, world=world, kind=kind, workers=workers)
+    assert all(rank["old ranks"] == 2 for rank in after)
+    delivered = [key for rank in before for batch in rank["delivered"] for key in batch]
+    rest = [key for rank in after for batch in rank["rest"] for key in batch]
+    counts = Counter(delivered + rest)
+    assert max(counts.values()) == 1
+    if kind == "stateful" or world == 1:
+        assert set(counts) == keys
+    else:  # FullSync: the ranks stop together
+        assert len({len(rank["rest"]) for rank in after}) == 1
+    again = [key for rank in after for batch in rank["after"] for key in batch]
+    if kind == "stateful" or 8 % (world * workers or world) == 0:
+        assert Counter(again) == Counter(keys)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import warnings
@@ -35,6 +37,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, IterDataPipe
@@ -738,3 +741,106 @@ def test_abandoned_for_loop_ends_its_shard_commands(
             if count == 2:
                 assert set(child_processes()) - before, "no shard command is running"
                 break
+
+
+KILLED_WORKER = """
+import json, multiprocessing, os, signal, sys, time, warnings
+warnings.simplefilter("ignore")
+import numpy as np
+import wdspipes as wds
+from wdspipes.loaders import dataloader2
+from wdspipes.samples import handover
+
+dl2 = dataloader2()
+pipe = wds.WebDataset(sys.argv[1:]).decode().to_tuple("npy").batched(4)  # 1.2 MB: in slots
+service = dl2.MultiProcessingReadingService(num_workers=2, multiprocessing_context="fork")
+loader = dl2.DataLoader2(pipe, reading_service=service)
+items = iter(loader)
+taken = [next(items) for _ in range(3)]
+workers = [process.pid for process, _, _ in loader.reading_service._worker_processes]
+os.kill(workers[1], signal.SIGKILL)
+try:
+    while True:
+        taken.append(next(items))
+except Exception as exn:
+    error = [type(exn).__name__, str(exn)]
+del taken
+print(json.dumps({
+    "error": error,
+    "children": [child.pid for child in multiprocessing.active_children()],
+    "slots of the workers": [m.owner() for m in handover._mappings.values()],
+    "workers": workers,
+}))
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_worker_is_an_error_naming_it_not_a_hang(tmp_path: Path) -> None:
+    """SIGKILL one of two DataLoader2 workers, as the out-of-memory killer does: the loop gets a
+    WorkerError naming the worker and the signal (before: it waited forever), the other worker
+    is ended, and the main process lets go of the workers' shared-memory batch slots. The run
+    is bounded only as a guard against a hang."""
+    urls = []
+    for shard in range(4):
+        path = tmp_path / f"s-{shard}.tar"
+        with wds.TarWriter(str(path)) as sink:
+            for index in range(20):
+                sink.write({"__key__": f"{shard}-{index}", "npy": np.zeros(300_000, np.uint8)})
+        urls.append(str(path))
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WORKER, *urls],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its group is ended if it hangs: no process left behind
+    )
+    try:
+        out, _ = child.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
+        pytest.fail("the loader waited for the dead worker (a hang)")
+    report = json.loads(out.splitlines()[-1])
+    kind, message = report["error"]
+    dead = report["workers"][1]
+    assert kind == "WorkerError"
+    assert f"worker 1 (pid {dead}) exited unexpectedly: killed by SIGKILL" in message
+    assert report["children"] == []
+    assert not set(report["slots of the workers"]) & set(report["workers"])
+
+
+@pytest.mark.parametrize("kind", ["dataloader2", "dataloader"])
+def test_workers_agree_on_the_shard_order_however_often_they_read_it(
+    tmp_path: Path, kind: str
+) -> None:
+    """webdataset's pattern (issue 27): a seeded shard shuffle, split_by_worker and
+    with_epoch(80) under 2 workers, over shards of 50, 50 and 60 samples. One worker has one
+    shard and reads it again to make 80 samples; it reads its own shard again, as the shard
+    order stays the epoch's in both workers. (Before, reading again began a new epoch of the
+    shard shuffle in that worker alone, which then read a shard the other one had: 141
+    distinct samples of 160.) A shard of 50 or 60 cannot give 80 distinct samples: the epoch
+    holds the other worker's 80 and all of the short worker's shard, read again in part."""
+    for shard, size in enumerate([50, 50, 60]):
+        with wds.TarWriter(str(tmp_path / f"s-{shard}.tar")) as sink:
+            for index in range(size):
+                sink.write({"__key__": f"{shard}-{index:02d}", "txt": "x"})
+    pipe = wds.DataPipeline(
+        wds.SimpleShardList(f"{tmp_path}/s-{{0..2}}.tar"),
+        wds.shuffle(100, seed=3),
+        wds.split_by_worker,
+        wds.tarfile_to_samples(),
+        wds.shuffle(20),
+    ).with_epoch(80)
+    if kind == "dataloader2":
+        loader: Any = DataLoader2(pipe, reading_service=mp_service(2))
+    else:
+        loader = DataLoader(pipe, batch_size=None, num_workers=2, multiprocessing_context="fork")
+    try:
+        for _ in range(2):
+            counts = Counter(sample["__key__"] for sample in loader)
+            read_again = {key.split("-")[0] for key, count in counts.items() if count > 1}
+            assert sum(counts.values()) == 160 and max(counts.values()) == 2
+            (shard,) = read_again  # one shard, the short worker's own
+            assert len(counts) == 80 + (60 if shard == "2" else 50)
+    finally:
+        if kind == "dataloader2":
+            loader.shutdown()

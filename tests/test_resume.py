@@ -1,6 +1,7 @@
-"""Mid-epoch resume: a loader restored from a state taken after k items yields what an
-uninterrupted run yields after its first k, for 0 and 2 workers, across epoch boundaries,
-and through a killed process."""
+"""Mid-epoch resume: a loader (StatefulDataLoader, DataLoader2) restored from a state taken
+after k items yields what an uninterrupted run yields after its first k, for 0 and 2 workers,
+across epoch boundaries, and through a killed process; a state saved with 2 workers loads into
+0, 1 and 3 workers with every sample once (more of that in tests/test_elastic.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import subprocess
 import sys
 import time
 from array import array
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 import wdspipes as wds
 from wdspipes.errors import ResumeError
+from wdspipes.loaders import dataloader2
 
 SHARDS, PER_SHARD = 8, 120
 EPOCH = SHARDS * PER_SHARD
@@ -94,37 +97,77 @@ PIPELINES: dict[str, Callable[[str], IterDataPipe[Any]]] = {
 }
 
 
+def make_loader(kind: str, pipe: IterDataPipe[Any], workers: int) -> Any:
+    """A StatefulDataLoader (``"stateful"``) or a DataLoader2 (``"dataloader2"``) over
+    ``pipe``, with ``workers`` worker processes (forked: quick to start)."""
+    context = "fork" if workers else None
+    if kind == "stateful":
+        return StatefulDataLoader(
+            pipe, num_workers=workers, batch_size=None, multiprocessing_context=context
+        )
+    dl2 = dataloader2()
+    service = (
+        dl2.MultiProcessingReadingService(num_workers=workers, multiprocessing_context=context)
+        if workers
+        else None
+    )
+    return dl2.DataLoader2(pipe, reading_service=service)
+
+
+def keys_in(item: Any) -> list[str]:
+    """The keys of an item: a ``(key, label)`` pair (a list, through StatefulDataLoader), or a
+    batch of them."""
+    return [item[0]] if isinstance(item[0], str) else [key for key, _label in item]
+
+
 def run(
     pipe: IterDataPipe[Any],
     workers: int,
     epochs: int,
     stop: int | None = None,
     state: dict[str, Any] | None = None,
+    kind: str = "stateful",
+    restore: Callable[[dict[str, Any]], Any] | None = None,
 ) -> tuple[list[list[str]], dict[str, Any] | None]:
-    """Keys per epoch; with ``stop``, the loader's state after that many items."""
-    loader = StatefulDataLoader(pipe, num_workers=workers, batch_size=None, generator=None)
-    if state is not None:
-        loader.load_state_dict(state)
+    """Keys per epoch; with ``stop``, the loader's state after that many items. ``restore``
+    makes the loader of a state instead (``DataLoader2.from_state``)."""
+    if state is not None and restore is not None:
+        loader = restore(state)
+    else:
+        loader = make_loader(kind, pipe, workers)
+        if state is not None:
+            loader.load_state_dict(state)
     seen: list[list[str]] = []
     count = 0
-    for _ in range(epochs):
-        seen.append([])
-        for key, _label in loader:
-            seen[-1].append(key)
-            count += 1
-            if count == stop:
-                return seen, loader.state_dict()
-    return seen, None
+    try:
+        for _ in range(epochs):
+            seen.append([])
+            for item in loader:
+                seen[-1] += keys_in(item)
+                count += 1
+                if count == stop:
+                    return seen, loader.state_dict()
+        return seen, None
+    finally:
+        if kind == "dataloader2":
+            loader.shutdown()
 
 
 def resumed_run(
-    build: Callable[[], IterDataPipe[Any]], workers: int, epochs: int, stop: int
+    build: Callable[[], IterDataPipe[Any]],
+    workers: int,
+    epochs: int,
+    stop: int,
+    kind: str = "stateful",
+    restore: Callable[[dict[str, Any]], Any] | None = None,
 ) -> list[list[str]]:
     """Stop after ``stop`` items, then a new loader over a new pipeline goes on."""
-    before, state = run(build(), workers, epochs, stop)
+    before, state = run(build(), workers, epochs, stop, kind=kind)
     assert state is not None
     state = pickle.loads(pickle.dumps(state))  # as a checkpoint file would keep it
-    after, _ = run(build(), workers, epochs - len(before) + 1, state=state)
+    after, _ = run(
+        build(), workers, epochs - len(before) + 1, state=state, kind=kind, restore=restore
+    )
     return [*before[:-1], before[-1] + after[0], *after[1:]]
 
 
@@ -330,7 +373,7 @@ def test_restoring_reads_only_the_shards_it_needs(
     stages = state["stages"]
     refs = array("q", stages["5:BufferShuffler"]["buffer"])
     shard, _offset = stages["4:SampleGrouper"]["next"]
-    needed = {f"s-{number - 1}.tar" for number in [*refs[::2], shard]}  # no shard shuffle
+    needed = {f"s-{index}.tar" for index in [*refs[::2], shard]}  # no shard shuffle
     assert set(opened) == needed  # no other shard
     assert len(opened) <= len(needed) + 1  # once each; the current one again to read on
     assert "s-0.tar" not in opened
@@ -367,7 +410,7 @@ def test_a_shard_broken_where_the_state_resumes_leaves_the_next_shard_whole(
     assert [next(items) for _ in range(7)][-1] == "1-1"
     state = pipe.state_dict()
     [(shard, offset, *_)] = [p["next"] for p in state["stages"].values() if p and "next" in p]
-    assert shard == 2 and offset > 0  # the second shard, after its second sample
+    assert shard == 1 and offset > 0  # the second shard (index 1), after its second sample
     broken = tmp_path / f"s-1.{kind}"
     if damage == "cut":  # in the next sample
         broken.write_bytes(broken.read_bytes()[: offset + 10])
@@ -380,20 +423,71 @@ def test_a_shard_broken_where_the_state_resumes_leaves_the_next_shard_whole(
     assert rest == [f"2-{index}" for index in range(5)]
 
 
-@pytest.mark.loaders
-def test_another_worker_count_is_refused_clearly(epoch_shards: Shards) -> None:
-    _, state = run(webdataset(epoch_shards.spec), 2, 1, stop=10)
-    assert state is not None
-    for workers in (0, 1):
-        loader = StatefulDataLoader(
-            webdataset(epoch_shards.spec), num_workers=workers, batch_size=None
+def batches(urls: str) -> IterDataPipe[Any]:
+    return webdataset(urls).batched(16, collation_fn=None)
+
+
+BATCHES = EPOCH // 16
+
+DATALOADER2_CUTS = {
+    "first batch": 1,
+    "mid-epoch": 23,
+    "at an epoch boundary": BATCHES,
+    "in the second epoch": BATCHES + 9,
+}
+
+
+def from_state(workers: int) -> Callable[[dict[str, Any]], Any]:
+    def restore(state: dict[str, Any]) -> Any:
+        dl2 = dataloader2()
+        service = dl2.MultiProcessingReadingService(
+            num_workers=workers, multiprocessing_context="fork"
         )
-        with pytest.raises(ResumeError, match=f"with 2 workers, and this one has {workers}"):
-            loader.load_state_dict(state)
-    _, state = run(webdataset(epoch_shards.spec), 0, 1, stop=10)
-    loader = StatefulDataLoader(webdataset(epoch_shards.spec), num_workers=2, batch_size=None)
-    with pytest.raises(ResumeError, match="with 0 workers, and this one has 2"):
-        loader.load_state_dict(state)
+        return dl2.DataLoader2.from_state(state, service)
+
+    return restore
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("workers", "how"),
+    [
+        (0, "load_state_dict"),
+        pytest.param(2, "load_state_dict", marks=pytest.mark.loaders),
+        pytest.param(2, "from_state", marks=pytest.mark.loaders),
+    ],
+)
+def test_dataloader2_resumes_exactly(epoch_shards: Shards, workers: int, how: str) -> None:
+    """The batches after the restore are those the uninterrupted run delivered next: the
+    workers' prefetched batches are not lost, and the workers take their turns as before."""
+    build = lambda: batches(epoch_shards.spec)  # noqa: E731
+    expected, _ = run(build(), workers, 2, kind="dataloader2")
+    assert [len(epoch) for epoch in expected] == [EPOCH, EPOCH] and expected[0] != expected[1]
+    restore = from_state(workers) if how == "from_state" else None
+    for cut, stop in DATALOADER2_CUTS.items():
+        got = resumed_run(build, workers, 2, stop, kind="dataloader2", restore=restore)
+        assert got == expected, f"{workers} workers, {how}, cut {cut} (after {stop} batches)"
+
+
+def once_each(epochs: Iterable[list[str]]) -> bool:
+    counts = Counter(key for epoch in epochs for key in epoch)
+    return len(counts) == EPOCH and set(counts.values()) == {1}
+
+
+@pytest.mark.slow
+@pytest.mark.loaders
+@pytest.mark.parametrize("kind", ["stateful", "dataloader2"])
+def test_a_state_of_two_workers_loads_into_other_worker_counts(
+    epoch_shards: Shards, kind: str
+) -> None:
+    """The rest of the epoch delivers every sample not yet delivered once; the next epoch is a
+    whole one. (Before, another worker count was refused.)"""
+    before, state = run(batches(epoch_shards.spec), 2, 1, stop=11, kind=kind)
+    assert state is not None
+    for workers in (0, 1, 3):
+        after, _ = run(batches(epoch_shards.spec), workers, 2, state=state, kind=kind)
+        assert once_each([before[0], after[0]]), f"{kind}: 2 workers into {workers}"
+        assert once_each([after[1]]), f"{kind}: the epoch after, {workers} workers"
 
 
 def test_another_pipeline_or_shard_list_is_refused(epoch_shards: Shards, tmp_path: Path) -> None:
@@ -413,15 +507,19 @@ def test_another_pipeline_or_shard_list_is_refused(epoch_shards: Shards, tmp_pat
         list(renamed)
 
 
-def test_a_split_among_other_readers_is_refused(epoch_shards: Shards) -> None:
+def test_one_readers_state_in_another_reader_is_refused(epoch_shards: Shards) -> None:
+    """Reader 0's state alone does not say what reader 1 had left: it loads into reader 0 of
+    the same split only (the states of all readers merged load anywhere: test_elastic.py)."""
     pipe = webdataset(epoch_shards.spec)
+    wds_apply_sharding(pipe, 2, 0)
     items = iter(pipe)
     next(items)
     state = pipe.state_dict()
-    again = webdataset(epoch_shards.spec)
-    wds_apply_sharding(again, 2, 1)
-    with pytest.raises(ResumeError, match=r"split among 1 readers .* this pipeline has 2"):
-        again.load_state_dict(state)
+    for readers, reader in [(2, 1), (3, 0), (1, 0)]:
+        again = webdataset(epoch_shards.spec)
+        wds_apply_sharding(again, readers, reader)
+        with pytest.raises(ResumeError, match=r"reader 0's of a job .* among 2 readers .*"):
+            again.load_state_dict(state)
 
 
 def wds_apply_sharding(pipe: IterDataPipe[Any], instances: int, index: int) -> None:
@@ -487,6 +585,22 @@ def take(pipe: IterDataPipe[Any], count: int) -> list[Any]:
     return [next(items) for _ in range(count)]
 
 
+def kill_at_step(common: list[str], directory: Path, step: int) -> None:
+    """Run the example slowly and SIGKILL it once it has trained ``step`` steps."""
+    child = subprocess.Popen([*common, "--directory", str(directory), "--slow"])
+    try:
+        deadline = time.monotonic() + 240
+        while _steps(directory) < step:
+            assert child.poll() is None, "the training process ended before it was killed"
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.wait(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+
+
+@pytest.mark.slow
 @pytest.mark.loaders
 def test_training_resumes_after_sigkill(epoch_shards: Shards, tmp_path: Path) -> None:
     """A training process writes a checkpoint, is killed with SIGKILL, and a new process
@@ -499,19 +613,32 @@ def test_training_resumes_after_sigkill(epoch_shards: Shards, tmp_path: Path) ->
     assert len(expected) == 2 * EPOCH
 
     killed = tmp_path / "killed"
-    child = subprocess.Popen([*common, "--directory", str(killed), "--slow"])
-    try:
-        deadline = time.monotonic() + 240
-        while _steps(killed) < 80:  # past the checkpoint at step 75, in the second epoch
-            assert child.poll() is None, "the training process ended before it was killed"
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
-        child.send_signal(signal.SIGKILL)
-    finally:
-        child.wait(timeout=60)
-    assert child.returncode == -signal.SIGKILL
+    kill_at_step(common, killed, 80)  # past the checkpoint at step 75, in the second epoch
     subprocess.run([*common, "--directory", str(killed)], check=True, timeout=300)
     assert json.loads((killed / "trained.json").read_text()) == expected
+
+
+@pytest.mark.slow
+@pytest.mark.loaders
+@pytest.mark.parametrize(("loader", "workers"), [("dataloader2", 3), ("stateful", 0)])
+def test_training_resumes_with_another_worker_count(
+    epoch_shards: Shards, tmp_path: Path, loader: str, workers: int
+) -> None:
+    """The example killed mid-epoch with 2 workers, restarted with another count: each epoch
+    trains on every sample once."""
+    common = [sys.executable, str(EXAMPLE), "--shards", epoch_shards.spec, "--loader", loader]
+    common += ["--epochs", "2", "--checkpoint-every", "25"]
+    kill_at_step([*common, "--workers", "2"], tmp_path, 30)  # past step 25, in the first epoch
+    done = subprocess.run(
+        [*common, "--workers", str(workers), "--directory", str(tmp_path)],
+        check=True,
+        timeout=300,
+        capture_output=True,
+        text=True,
+    )
+    assert f"resuming epoch 0 at step 25 with {workers} workers" in done.stdout
+    assert f"epoch 0: {EPOCH} samples, {EPOCH} distinct" in done.stdout
+    assert f"epoch 1: {EPOCH} samples, {EPOCH} distinct" in done.stdout
 
 
 def _steps(directory: Path) -> int:

@@ -28,10 +28,10 @@ from torch.utils.data.graph_settings import apply_random_seed, apply_sharding
 
 import wdspipes as wds
 from wdspipes.core.datapipe import StageDataPipe
-from wdspipes.core.resumable import stage_name
-from wdspipes.core.resume import chain_of
-from wdspipes.core.torch_stages import TORCH_STAGES, part_of
 from wdspipes.errors import ResumeError
+from wdspipes.state.graph import chain_of
+from wdspipes.state.protocol import stage_name
+from wdspipes.state.torch_stages import TORCH_STAGES, part_of
 
 REFUSED = {"list_shards", "resample_shards", "open_shards", "load_tar", "claim_shards"}
 """Examples whose stage cannot resume at any cut: shard URLs, opened shards and bare tar members
@@ -314,7 +314,7 @@ TORCH_EXAMPLES: dict[
     ),
     "shuffle after the reader": (
         lambda urls: samples(urls).shuffle().to_tuple("__key__"),
-        lambda count: "ShufflerIterDataPipe (shuffle) cannot save the samples in its buffer",
+        refused_once_begun("ShufflerIterDataPipe (shuffle) cannot save the samples in its buffer"),
     ),
     # webdataset's calls of torch's names (wdspipes.samples.torch_names): wdspipes' stages
     "shuffle(n), webdataset's": (lambda urls: samples(urls).shuffle(5, initial=3), resumes),
@@ -382,7 +382,8 @@ def test_the_package_has_no_import_cycle() -> None:
 
 def test_the_state_walker_and_protocol_import_no_stage() -> None:
     """The walker assembles the state by calling stage methods: it imports no stage module."""
-    allowed = {"wdspipes.errors", "wdspipes.core.resumable", "wdspipes.core.torch_stages"}
-    for module in ("resume", "resumable", "torch_stages"):
-        imported = imports_of(PACKAGE / "core" / f"{module}.py")
-        assert imported <= allowed, f"wdspipes.core.{module} imports {sorted(imported - allowed)}"
+    modules = sorted(path.stem for path in (PACKAGE / "state").glob("*.py"))
+    allowed = {"wdspipes.errors"} | {f"wdspipes.state.{module}" for module in modules}
+    for module in modules:
+        imported = imports_of(PACKAGE / "state" / f"{module}.py")
+        assert imported <= allowed, f"wdspipes.state.{module} imports {sorted(imported - allowed)}"

@@ -63,7 +63,7 @@ def test_shuffle_with_a_size_is_webdatasets_buffer(pipe: IterDataPipe[Any]) -> N
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda p: p.shuffle(10, rng=None), "seed="),
+        (lambda p: p.shuffle(10, rng="7"), r"rng must be a random\.Random"),
         (lambda p: p.shuffle(10, buffer_size=4), "buffer_size"),
         (lambda p: p.shuffle(True), "size must be an int"),
         (lambda p: p.shuffle(2.5), "size must be an int"),

@@ -100,6 +100,7 @@ SAME_OBJECTS = {
     "filters": [
         "batched",
         "decode",
+        "detshuffle",
         "map",
         "map_dict",
         "map_tuple",

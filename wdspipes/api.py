@@ -9,6 +9,7 @@ torch; the package loads this module the first time a program uses one of its na
 from wdspipes.core.compat import fix_dataloader2, mend_stateful_dataloader
 from wdspipes.core.curried import Stage
 from wdspipes.core.distributed import ShardSplitError, full_sync
+from wdspipes.core.loader_state import merge_states
 from wdspipes.errors import (
     CollationError,
     CommandError,
@@ -33,6 +34,7 @@ from wdspipes.errors import (
     TorchNameWarning,
     TruncatedShardError,
     WdsError,
+    WorkerError,
     ignore_and_continue,
     ignore_and_stop,
     reraise_exception,
@@ -109,13 +111,13 @@ from wdspipes.samples.fields import (
     to_tuple,
 )
 from wdspipes.samples.mix import Interleaver, RandomInterleaver, RandomMix, RoundRobin
-from wdspipes.samples.shuffle import BufferShuffler, shuffle
+from wdspipes.samples.shuffle import BufferShuffler, detshuffle, shuffle
 from wdspipes.tariterators import group_by_keys, tar_file_expander, url_opener
 from wdspipes.write import SampleEncoder, ShardWriter, TarWriter, encode_value
 from wdspipes.write.streams import CborWriter, MsgpackWriter
 
 fix_dataloader2()  # if torchdata's DataLoader2 was imported first (see wdspipes.core.compat)
-mend_stateful_dataloader()  # state, refusals and epoch numbers on resume (see wdspipes.core.compat)
+mend_stateful_dataloader()  # states of other worker counts, epochs (see wdspipes.core.compat)
 
 __all__ = [
     "Batcher",
@@ -203,10 +205,12 @@ __all__ = [
     "WdsError",
     "WebDataset",
     "WebLoader",
+    "WorkerError",
     "batched",
     "cbors_to_samples",
     "collate",
     "decode",
+    "detshuffle",
     "encode_value",
     "expand_urls",
     "fix_dataloader2",
@@ -221,6 +225,7 @@ __all__ = [
     "map",
     "map_dict",
     "map_tuple",
+    "merge_states",
     "msgpack_to_samples",
     "open_url",
     "pipelinefilter",

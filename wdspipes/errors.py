@@ -60,6 +60,7 @@ __all__ = [
     "TorchNameWarning",
     "TruncatedShardError",
     "WdsError",
+    "WorkerError",
     "handle",
     "ignore_and_continue",
     "ignore_and_stop",
@@ -222,6 +223,11 @@ class IndexMismatchError(ShardIndexError):
 
 class ResumeError(ValueError):
     """A pipeline's state cannot be saved or loaded: the message names the stage and why."""
+
+
+class WorkerError(WdsError, RuntimeError):
+    """A loader's worker process exited while the loader was waiting for it (killed by the
+    out-of-memory killer, say): the message names the worker and how it ended."""
 
 
 class StreamFormatError(ShardError):

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         PipelineStage,
         batched,
         decode,
+        detshuffle,
         map,
         map_dict,
         map_tuple,
@@ -44,6 +45,7 @@ __all__ = [
     "batched",
     "compose",
     "decode",
+    "detshuffle",
     "getfirst",
     "identity",
     "map",
@@ -186,8 +188,7 @@ _STAGES = frozenset(
         "unbatched",
     }
 )
-"""webdataset's curried stages that wdspipes has, under the same names (from wdspipes' api;
-``detshuffle`` where it has it)."""
+"""webdataset's curried stages that wdspipes has, under the same names (from wdspipes' api)."""
 
 _MISSING = {
     "default_collation_fn": "wdspipes.collate, the default of batched(): numbers and arrays "
@@ -206,8 +207,6 @@ _MISSING = {
     "parse_field_spec": 'to_tuple("a;b c") takes the same spec',
     "compose2": "compose(f, g)",
     "pipeline": "DataPipeline(source, *stages)",
-    "detshuffle": "shuffle(bufsize, initial, seed=...): every shuffle is reproducible from "
-    "its seed and new each epoch",
     "FilterFunction": "pipelinefilter(f)(*args, **kw)",
     "RestCurried": "pipelinefilter(f)",
     "combine_values": "wdspipes.collate",

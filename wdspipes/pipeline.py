@@ -102,15 +102,12 @@ class IteratorStage(StageDataPipe[Any]):
         :func:`~wdspipes.core.distributed.declares_per_worker`)."""
         return declares_per_worker(self.fn)
 
-    def resume_state(self) -> None:
+    def get_state(self) -> None:
         raise ResumeError(
             f"IteratorStage ({getattr(self.fn, '__name__', self.fn)!r}, a plain function in "
             "DataPipeline) cannot save its position: write it as a stage (wds.map, wds.select, "
             "a StageDataPipe subclass that declares how it resumes) to resume mid-epoch"
         )
-
-    def replay_state(self) -> None:
-        self.resume_state()
 
 
 Source = Iterable[Any] | Callable[[], Iterable[Any]]
@@ -151,6 +148,8 @@ class IterableSource(StageDataPipe[Any]):
     TypeError: the source range_iterator is an iterator, which can be read only once: ...
     """
 
+    restartable = True
+
     def __init__(self, source: Source) -> None:
         super().__init__()
         if isinstance(source, Iterator):
@@ -184,7 +183,12 @@ class IterableSource(StageDataPipe[Any]):
         does not warn that every worker reads every shard."""
         return declares_per_worker(self.source)
 
-    def replay_state(self) -> None:
+    def get_state(self) -> None:
+        """Nothing: before a reader, it gives the same items again from its start.
+
+        Raises:
+            ResumeError: its source is a function or a loader, which may not.
+        """
         if self.calls or isinstance(self.source, DataLoader):
             what = "a function" if self.calls else f"a loader ({type(self.source).__name__})"
             raise ResumeError(
@@ -193,13 +197,6 @@ class IterableSource(StageDataPipe[Any]):
                 "pipeline inside the loader instead (a wdspipes pipeline under "
                 "StatefulDataLoader), or read an iterable that gives the same items each time"
             )
-
-    def resume_state(self) -> None:
-        raise ResumeError(
-            "IterableSource keeps no place in what it reads, so a pipeline that begins with "
-            "it resumes only through a reader after it (group_samples, ...); a loader's "
-            "output cannot resume: resume the pipeline inside the loader instead"
-        )
 
 
 class WebLoader(IterableSource):

@@ -1,11 +1,12 @@
 """What every stage stands on: the stage base and how stages get their functional names
 (:mod:`~wdspipes.core.datapipe`) and pickle (:mod:`~wdspipes.core.pickling`), curried stages
 for ``DataPipeline`` (:mod:`~wdspipes.core.curried`), the rules of member names that reading
-and writing share (:mod:`~wdspipes.core.names`), seeds (:mod:`~wdspipes.core.seeds`), ranks
-and workers (:mod:`~wdspipes.core.distributed`), the state protocol of a stage
-(:mod:`~wdspipes.core.resumable`), the walker that saves and restores a pipeline's state
-(:mod:`~wdspipes.core.resume`), torch's own stages in it (:mod:`~wdspipes.core.torch_stages`),
-and torchdata's mends (:mod:`~wdspipes.core.compat`).
+and writing share (:mod:`~wdspipes.core.names`), seeds and epochs
+(:mod:`~wdspipes.core.seeds`), ranks and workers (:mod:`~wdspipes.core.distributed`), and
+torchdata's mends (:mod:`~wdspipes.core.compat`), among them DataLoader2's workers seen from
+the main process (:mod:`~wdspipes.core.worker_queues`) and the state of the loaders
+(:mod:`~wdspipes.core.loader_state`).
 
-Nothing here imports another folder of wdspipes: only :mod:`wdspipes.errors`.
+Besides :mod:`wdspipes.errors`, it imports only :mod:`wdspipes.state`, the state protocol and
+its walker.
 """

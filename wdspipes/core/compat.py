@@ -1,7 +1,9 @@
-"""torchdata, mended where wdspipes needs it: every change wdspipes makes to torchdata is in this
-module, each applied only to the torchdata versions it was checked against (0.8 and 0.9, whose
-code these mends touch is the same), and each leaves datasets that are not wdspipes pipelines
-as torchdata has them (tests/test_compat.py runs them with and without wdspipes imported).
+"""torchdata, mended where wdspipes needs it: every change wdspipes makes to torchdata is made
+by this module (the main process's side of DataLoader2's workers is written in
+:mod:`wdspipes.core.worker_queues`, the loaders' states in :mod:`wdspipes.core.loader_state`),
+each applied only to the torchdata versions it was checked against (0.8 and 0.9, whose code
+these mends touch is the same), and each leaves datasets that are not wdspipes pipelines as
+torchdata has them (tests/test_compat.py runs them with and without wdspipes imported).
 
 **DataLoader2** (:func:`fix_dataloader2`). With ``MultiProcessingReadingService``, as soon as
 one worker runs out of items before another (3 shards on 2 workers, or fewer shards than
@@ -19,6 +21,13 @@ decoding images. The mend waits on a condition (the prefetch buffers) and on the
 classes, for every DataLoader2 in the process: the items and their order are the same as
 torchdata's wherever torchdata's own code does not fail.
 
+A worker that dies (``kill -9``, the out-of-memory killer) left the main process waiting for
+it forever. While it waits for a worker, the mended loader looks every 0.1 s whether the worker
+is alive, and raises a :class:`~wdspipes.errors.WorkerError` naming the worker and the signal
+that ended it; shutting the loader down then ends the other workers (killing any that does not
+stop within a few seconds) and lets go of the shared-memory batch slots of dead workers (see
+:mod:`wdspipes.samples.handover`).
+
 The same fix makes ``FullSync`` (the stage ``DistributedReadingService`` ends every rank's graph
 with) let go of its prefetch thread without waiting for it when it is garbage-collected.
 torchdata's ``__del__`` joins that thread; a collection can run inside Python's own thread
@@ -26,19 +35,26 @@ bookkeeping (while a new thread starts, holding the lock a thread that ends must
 there the join waited for itself: the rank hung, and the other ranks with it in their next
 collective. An explicit ``shutdown()`` still waits, as torchdata's does.
 
+**DataLoader2's state**, for a wdspipes pipeline: ``state_dict()``, ``load_state_dict()`` and
+``DataLoader2.from_state`` save and restore the rest of the epoch exactly, with any reading
+service (see :mod:`wdspipes.core.loader_state`). The reading services become checkpointable
+(their part of the state is empty: the pipeline's is wdspipes'), so that
+``SequentialReadingService`` no longer warns at each ``state_dict()``.
+
 **StatefulDataLoader** (:func:`mend_stateful_dataloader`), for a dataset that is a wdspipes
 pipeline, and only there:
 
 - it gives the loader the pipeline's ``state_dict`` and ``load_state_dict``: the loader wraps
   a DataPipe in torch's ``_IterDataPipeSerializationWrapper``, which hides them, so wdspipes
   gives such a loader a subclass of that wrapper that has them;
-- loading a state refuses, naming both counts, a state saved with another number of workers
-  (torchdata would fail later with a bare assertion or a missing key);
-- loading a state primes the main process's copy of the pipeline with the epoch numbers of the
-  state, so that the epochs after the restored one are numbered (and so shuffled) as in the
-  run that saved it. Without workers the loader restores the pipeline itself; with persistent
-  workers the restored workers go on; but workers started afresh for each epoch are copies of
-  the main process's pipeline, which never sees the state.
+- loading a state saved with another number of workers (where torchdata would fail with a bare
+  assertion or a missing key), or merged across ranks (:func:`~wdspipes.core.loader_state.
+  merge_states`), gives every worker the workers' states merged, of which each takes its share;
+- loading a state primes the main process's copy of the pipeline with the epoch of the state,
+  so that the epochs after the restored one are numbered (and so shuffled) as in the run that
+  saved it. Without workers the loader restores the pipeline itself; with persistent workers
+  the restored workers go on; but workers started afresh for each epoch are copies of the main
+  process's pipeline, which never sees the state.
 
 Both are applied when wdspipes is imported.
 """
@@ -49,29 +65,34 @@ import functools
 import importlib
 import logging
 import sys
-import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+import torch.multiprocessing as torch_multiprocessing
 from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes._hook_iterator import hook_iterator
 from torch.utils.data.datapipes.datapipe import _IterDataPipeSerializationWrapper
 
-from wdspipes.core.resumable import Resumable
-from wdspipes.core.resume import prime_pipeline
+from wdspipes.core import loader_state, worker_queues
+from wdspipes.core.loader_state import KEY, Deliveries, StateChannel, StateTags, Tagged
 from wdspipes.errors import ResumeError
+from wdspipes.state.graph import upstream_of
+from wdspipes.state.protocol import Resumable
 
-__all__ = ["StatefulPipeline", "fix_dataloader2", "mend_stateful_dataloader", "torchdata_version"]
+__all__ = [
+    "StatefulPipeline",
+    "fix_dataloader2",
+    "mend_stateful_dataloader",
+    "torchdata_version",
+]
 
 log = logging.getLogger(__name__)
 
-_QUEUES = "torchdata.dataloader2.communication.iter"
-_PREFETCHER = "torchdata.datapipes.iter.util.prefetcher"
 _FULL_SYNC = "torchdata.datapipes.iter.util.distributed"
+_LOADER = "torchdata.dataloader2.dataloader2"
+_SERVICES = "torchdata.dataloader2.reading_service"
 _FIXED = "_wdspipes_fixed"
-_WAKE_UP = 0.1  # seconds: how often a wait for a worker looks whether the loader was shut down
 
 STATEFUL_CHECKED = ("0.8.", "0.9.")
 """The torchdata versions whose StatefulDataLoader :func:`mend_stateful_dataloader` was checked
@@ -85,11 +106,13 @@ def torchdata_version() -> str:
 
 
 def fix_dataloader2() -> bool:
-    """Replace the round-robin of ``MultiProcessingReadingService`` with one that lets workers
-    finish at different times and waits without polling, and make the prefetch buffers wait
-    without polling. Does nothing unless torchdata 0.8 or 0.9's DataLoader2 is loaded; applying
-    it twice changes nothing. Returns whether the fix is in place."""
-    queues = sys.modules.get(_QUEUES)
+    """Mend torchdata's DataLoader2 (see the module): its round-robin lets workers finish at
+    different times, waits without polling and notices a worker that died; its prefetch
+    buffers wait without polling; FullSync lets go of its thread when collected; and the loader
+    saves and restores a wdspipes pipeline's state. Does nothing unless torchdata 0.8 or 0.9's
+    DataLoader2 is loaded; applying it twice changes nothing. Returns whether the fix is in
+    place."""
+    queues = sys.modules.get(worker_queues.QUEUES)
     if queues is None:
         return False
     consumer = queues._IterateQueueDataPipes
@@ -99,167 +122,183 @@ def fix_dataloader2() -> bool:
     if not version.startswith(("0.8.", "0.9.")):
         log.debug("torchdata %s: DataLoader2 left as it is", version)
         return False
-    namespace: dict[str, Any] = {"__iter__": _round_robin}
+    namespace: dict[str, Any] = {"__iter__": worker_queues.round_robin}
     hook_iterator(namespace)  # the per-item bookkeeping torch gives every __iter__
     consumer.__iter__ = namespace["__iter__"]
-    prefetcher = importlib.import_module(_PREFETCHER).PrefetcherIterDataPipe
-    namespace = {"__iter__": _prefetched}
+    consumer.request_terminate = worker_queues.request_terminate
+    queues.QueueWrapper._get_response = worker_queues.get_response
+    prefetcher = importlib.import_module(worker_queues.PREFETCHER).PrefetcherIterDataPipe
+    namespace = {"__iter__": worker_queues.prefetched}
     hook_iterator(namespace)
     prefetcher.__iter__ = namespace["__iter__"]
-    prefetcher.thread_worker = staticmethod(_prefetch)
-    importlib.import_module(_FULL_SYNC).FullSyncIterDataPipe.__del__ = _release_full_sync
+    prefetcher.thread_worker = staticmethod(worker_queues.prefetch)
+    full_sync = importlib.import_module(_FULL_SYNC).FullSyncIterDataPipe
+    full_sync.__del__ = worker_queues.release_full_sync
+    _mend_services(importlib.import_module(_SERVICES))
+    _mend_loader(importlib.import_module(_LOADER))
     setattr(consumer, _FIXED, True)
-    log.debug("mended DataLoader2's round-robin (pytorch/data#1310), prefetch buffers, FullSync")
+    log.debug("mended DataLoader2's round-robin (pytorch/data#1310), prefetch, FullSync, state")
     return True
 
 
-def _round_robin(self: Any) -> Iterator[Any]:
-    """``_IterateQueueDataPipes.__iter__``, mended: one item from each worker in turn, each
-    worker with at most one request outstanding; a worker that stops leaves the turn.
+def _mend_services(services: ModuleType) -> None:
+    """The reading services: MultiProcessingReadingService's workers know their numbers (for
+    their pipelines' states) and the loader knows their processes (to notice one that died,
+    and to end any that does not stop); and the services are checkpointable, with an empty
+    part (the pipeline's state is wdspipes')."""
+    multiprocessing = services.MultiProcessingReadingService
+    initialize, finalize = multiprocessing.initialize, multiprocessing.finalize
 
-    Keeps the original's contract: responses stored by a pause come first, a request limit
-    ends the epoch once the responses already asked for are delivered, termination ends it
-    at once, and worker errors are raised here.
-    """
-    messages = importlib.import_module("torchdata.dataloader2.communication.messages")
-    queues = sys.modules[_QUEUES]
-    active = list(range(len(self.datapipes)))
-    for index in active:
-        if (
-            not self.datapipes[index].protocol.waiting_for_response()
-            and not self.res_buffers[index]
+    @functools.wraps(initialize)
+    def initialize_workers(self: Any, datapipe: Any) -> Any:
+        tagged = any(isinstance(stage, StateTags) for stage in (datapipe, *upstream_of(datapipe)))
+        if self.num_workers and tagged:
+            context = torch_multiprocessing.get_context(self.multiprocessing_context)
+            channels = [StateChannel(*context.Pipe()) for _ in range(self.num_workers)]
+            self.worker_init_fn = _NumberWorker(self.worker_init_fn, channels)
+            self._wds_channels = channels
+        end = initialize(self, datapipe)
+        for index, (wrapper, (process, _, _)) in enumerate(
+            zip(self._worker_datapipes, self._worker_processes, strict=True)
         ):
-            _request(self, index)
-    turn = 0
-    while active and not self._terminated:
-        turn %= len(active)
-        index = active[turn]
-        response = _response(self, index, queues)
-        if response is None:  # terminated, or no request left to wait for (limit reached)
-            del active[turn]
-            continue
-        if isinstance(response, messages.InvalidStateResponse):
-            raise queues.InvalidStateResetRequired
-        if isinstance(response, messages.TerminateResponse):
-            raise queues.TerminateRequired
-        if isinstance(response, messages.WorkerExceptionResponse):
-            response.exc.reraise()
-        if isinstance(response, messages.StopIterationResponse):
-            del active[turn]
-            continue
-        _request(self, index)
-        turn += 1
-        yield response.value
+            wrapper._wds_process, wrapper._wds_index = process, index
+        first = self.__dict__.pop("_wds_first_turn", 0)  # a restored state's (see below)
+        if first and self._worker_consumer_datapipe is not None:
+            self._worker_consumer_datapipe._wds_first_turn = first
+        return end
+
+    end_processes = worker_queues.end_processes  # bound now: a loader collected at exit ends
+
+    @functools.wraps(finalize)
+    def finalize_workers(self: Any) -> None:
+        processes = [process for process, _, _ in self._worker_processes]
+        finalize(self)
+        if processes:
+            end_processes(processes)
+
+    multiprocessing.initialize = initialize_workers
+    multiprocessing.finalize = finalize_workers
+    for service in (multiprocessing, services.DistributedReadingService):
+        service.checkpoint = _checkpoint
+        service.restore = _restore
 
 
-def _prefetched(self: Any) -> Iterator[Any]:
-    """``PrefetcherIterDataPipe.__iter__``, waiting on a condition: the items that a thread
-    (:func:`_prefetch`) reads ahead into a buffer, in order; its error is raised here."""
-    communication = importlib.import_module("torchdata.dataloader2.communication")
-    state = importlib.import_module(_PREFETCHER)._PrefetchData(
-        self.source_datapipe, self.buffer_size
-    )
-    state.changed = changed = threading.Condition()
-    buffer = state.prefetch_buffer
-    self.prefetch_data = state
-    thread = self.thread = threading.Thread(target=_prefetch, args=(state,), daemon=True)
-    thread.start()
-    try:
-        while True:
-            with changed:
-                changed.wait_for(lambda: buffer or state.stop_iteration, _WAKE_UP)
-                if not buffer:
-                    if state.stop_iteration:
-                        return
-                    continue
-                item = buffer.popleft()
-                changed.notify_all()
-            if isinstance(item, Exception):
-                if isinstance(item, StopIteration | communication.iter.TerminateRequired):
-                    return
-                raise item
-            yield item
-    finally:
-        state.run_prefetcher = False
-        state.stop_iteration = True
-        state.paused = False
-        with changed:
-            changed.notify_all()
-        thread.join()
+def _checkpoint(self: Any) -> bytes:
+    """A reading service's part of DataLoader2's state: none (the pipeline's is wdspipes')."""
+    return b""
 
 
-def _prefetch(state: Any) -> None:
-    """``PrefetcherIterDataPipe.thread_worker``, waiting on a condition: read the source into
-    the buffer while there is room, until the source ends or fails (the error goes into the
-    buffer) or the reader stops. Pausing (torchdata's ``pause()`` clears ``run_prefetcher``
-    and waits for ``paused``) works as before."""
-    changed: threading.Condition = state.changed
-    buffer = state.prefetch_buffer
-    items = iter(state.source_datapipe)
-    while not state.stop_iteration:
-        if not state.run_prefetcher:
-            state.paused = True
-            time.sleep(0.001)  # paused: torchdata's resume() sets run_prefetcher again
-            continue
-        with changed:
-            if len(buffer) >= state.buffer_size:
-                changed.wait_for(
-                    lambda: len(buffer) < state.buffer_size or not state.run_prefetcher,
-                    _WAKE_UP,
-                )
-                continue
-        try:
-            item = next(items)
-        except Exception as exn:
-            item = exn
-            state.run_prefetcher = False
-            state.stop_iteration = True
-        with changed:
-            buffer.append(item)
-            changed.notify_all()
+def _restore(self: Any, datapipe: Any, serialized_state: bytes) -> Any:
+    """A reading service restored: set up afresh, as its part of the state is empty."""
+    return self.initialize(datapipe)
 
 
-def _release_full_sync(self: Any) -> None:
-    """``FullSyncIterDataPipe.__del__``, mended: stop its prefetch thread without joining it.
+class _NumberWorker:
+    """A worker's init function (MultiProcessingReadingService's ``worker_init_fn``) that tells
+    the pipeline's :class:`~wdspipes.core.loader_state.StateTags` which worker it runs in and
+    has it answer the main process's requests for states on the worker's channel, then calls
+    the user's own, if any."""
 
-    A garbage collection may run this on any thread at any allocation, including inside
-    ``threading``'s bookkeeping of a thread that starts, which holds the lock that a joined
-    thread takes as it ends: torchdata's join there never returned. The thread, told to stop,
-    ends by itself once its current item is read."""
-    prefetch = getattr(self, "_executor", None)
-    if prefetch is None:
+    def __init__(
+        self, init: Callable[[Any, Any], Any] | None, channels: list[StateChannel]
+    ) -> None:
+        self.init = init
+        self.channels = channels
+
+    def __call__(self, datapipe: Any, worker_info: Any) -> Any:
+        worker = worker_info.worker_id
+        for stage in (datapipe, *upstream_of(datapipe)):
+            if isinstance(stage, StateTags):
+                stage.worker = worker
+                self.channels[worker].serve(stage)
+        return datapipe if self.init is None else self.init(datapipe, worker_info)
+
+
+def _mend_loader(loader: ModuleType) -> None:
+    """DataLoader2 saves and restores a wdspipes pipeline's state (see
+    :mod:`wdspipes.core.loader_state`): as an epoch begins, after the delivery of items and in
+    its ``state_dict()``. (A state given to ``load_state_dict`` or ``from_state`` is taken
+    back as the first epoch begins: DataLoader2 keeps it.)"""
+    cls, iterator = loader.DataLoader2, loader.DataLoader2Iterator
+    original_iter, original_next, original_state = cls.__iter__, iterator.__next__, cls.state_dict
+
+    @functools.wraps(original_iter)
+    def iterate(self: Any) -> Any:
+        if self._reset_iter and self.datapipe is not None:  # an epoch begins
+            _begin_epoch(self)
+        return original_iter(self)
+
+    @functools.wraps(original_next)
+    def next_item(self: Any) -> Any:
+        value = original_next(self)
+        if isinstance(value, Tagged):
+            self.dataloader._wds_deliveries.delivered(value)
+            return value.value
+        return value
+
+    @functools.wraps(original_state)
+    def state_dict(self: Any) -> dict[str, Any]:
+        state: dict[str, Any] = original_state(self)
+        deliveries = self.__dict__.get("_wds_deliveries")
+        if deliveries is not None and KEY not in state:
+            state[KEY] = deliveries.to_state(_states_kept(self))
+        return state
+
+    cls.__iter__, iterator.__next__, cls.state_dict = iterate, next_item, state_dict
+
+
+def _begin_epoch(loader: Any) -> None:
+    """A DataLoader2's epoch begins. At its first, a wdspipes pipeline gets the stage that tags
+    items with its state, which takes the state the loader was given back, if any; its seeds
+    are then drawn again from where they were as the saved epoch began, and the worker whose
+    turn was next begins. At every epoch, the record of what was delivered moves on."""
+    deliveries = loader.__dict__.get("_wds_deliveries")
+    if deliveries is not None:
+        deliveries.epoch_begins()
         return
-    self._executor = None
-    prefetch._paused = False
-    prefetch._is_shutdown = True
-    while prefetch._futures:
-        prefetch._futures.popleft().cancel()
-    prefetch._executor.shutdown(wait=False)
-
-
-def _request(self: Any, index: int) -> None:
-    """Ask worker ``index`` for its next item, unless the request limit is reached."""
-    if self._limit is not None and self._request_cnt >= self._limit:
+    if not loader_state.is_wdspipes_pipeline(loader.datapipe):
         return
-    self.datapipes[index].protocol.request_next()
-    self._request_cnt += 1
+    workers, layout = loader_state.dataloader2_layout(loader.reading_service)
+    saved = (loader._state_dict or {}).get(KEY)
+    restoring = None if saved is None else loader_state.restoring(saved, workers, layout)
+    service = _multiprocessing(loader.reading_service)
+    ahead = getattr(service, "worker_prefetch_cnt", 0) + getattr(service, "main_prefetch_cnt", 0)
+    loader.datapipe = loader._wds_tags = StateTags(loader.datapipe, restoring, ahead + _MARGIN)
+    loader._wds_deliveries = Deliveries(workers, layout)
+    if saved is None or restoring is None:
+        return
+    loader._seed_generator = loader._initial_seed_generator
+    last = saved.get("last_worker")
+    if restoring.readers is not None and last is not None and workers:
+        _multiprocessing(loader.reading_service)._wds_first_turn = (last + 1) % workers
 
 
-def _response(self: Any, index: int, queues: ModuleType) -> Any:
-    """Worker ``index``'s answer to its outstanding request, or None if it has none."""
-    if self.res_buffers[index]:
-        return self.res_buffers[index].popleft()
-    protocol = self.datapipes[index].protocol
-    if not protocol.waiting_for_response():
-        return None
-    while not self._terminated:
-        try:
-            # A blocking wait, woken by the worker's answer: polling with sleeps (as torchdata
-            # does) cost the main process over 100 µs of CPU per batch of images.
-            return protocol.get_response_next(block=True, timeout=_WAKE_UP)
-        except queues.communication.protocol.EmptyQueue:
-            continue
-    return None
+_MARGIN = 16
+"""Items a worker's StateTags keeps the states of beyond the prefetch buffers' (the queue's
+item, FullSync's)."""
+
+
+def _states_kept(loader: Any) -> Callable[[int, int], Any]:
+    """How a DataLoader2's ``state_dict()`` gets the state kept for a worker's item: from its
+    StateTags in this process without workers, else on the worker's channel."""
+    tags: StateTags = loader._wds_tags
+    service = _multiprocessing(loader.reading_service)
+    channels: list[StateChannel] | None = getattr(service, "_wds_channels", None)
+    if channels is None:
+        return lambda worker, number: tags.state_of(number)
+
+    def ask(worker: int, number: int) -> Any:
+        wrapper = service._worker_datapipes[worker]
+        return channels[worker].ask(number, lambda: worker_queues.check_alive(wrapper, worker))
+
+    return ask
+
+
+def _multiprocessing(service: Any) -> Any:
+    for each in getattr(service, "reading_services", None) or (service,):
+        if type(each).__name__ == "MultiProcessingReadingService":
+            return each
+    return service
 
 
 class StatefulPipeline(_IterDataPipeSerializationWrapper):
@@ -308,9 +347,7 @@ def mend_stateful_dataloader() -> bool:
     @functools.wraps(original_load)
     def load_state_dict(self: Any, state_dict: dict[str, Any]) -> None:
         if isinstance(self.dataset, StatefulPipeline) and state_dict:
-            pipeline = _check_workers(self, state_dict)
-            if pipeline is not None:
-                prime_pipeline(self.dataset._datapipe, pipeline)
+            state_dict = _for_workers(self, state_dict)
         original_load(self, state_dict)
 
     StatefulDataLoader.__init__ = init
@@ -319,23 +356,24 @@ def mend_stateful_dataloader() -> bool:
     return True
 
 
-def _check_workers(loader: Any, state: dict[str, Any]) -> dict[str, Any] | None:
-    """Refuse a loader state of another worker count; return one worker's pipeline state.
-    The keys are torchdata's (see :data:`STATEFUL_CHECKED`)."""
-    if "_snapshot" in state:
-        snapshot = state["_snapshot"]
-        saved = snapshot["_main_snapshot"]["_num_workers"]
-        workers = snapshot.get("_worker_snapshots", {})
-        first = workers.get("worker_0") or {}
-        pipeline = first.get("dataset_state")
-    else:
-        saved = 0
-        pipeline = state.get("dataset_state")
-    if saved != loader.num_workers:
-        raise ResumeError(
-            f"the state was saved by a StatefulDataLoader with {saved} workers, and this one has "
-            f"{loader.num_workers}: wdspipes resumes only with the same number of workers, "
-            "since each worker reads its own shards. Keep the count, or start the epoch afresh "
-            "without the state."
-        )
-    return pipeline if isinstance(pipeline, dict) else None
+def _for_workers(loader: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` as ``loader`` takes it: as it is, saved with the same number of workers;
+    otherwise (or merged across ranks) with the workers' pipeline states merged and given to
+    every worker. The main process's copy of the pipeline gets the epoch of the state."""
+    merged = state.get(KEY)
+    if merged is None:
+        pipelines = loader_state.stateful_pipelines(state)
+        if loader_state.stateful_workers(state) == loader.num_workers:
+            loader_state.prime(loader.dataset._datapipe, pipelines)
+            return state
+        try:
+            merged = loader_state.merge_states(pipelines)
+        except ResumeError as exn:
+            raise ResumeError(
+                f"the state was saved by a StatefulDataLoader with "
+                f"{loader_state.stateful_workers(state)} workers, and this one has "
+                f"{loader.num_workers}: with another number of workers or ranks, give every "
+                f"rank the states of all ranks merged by wdspipes.merge_states ({exn})"
+            ) from exn
+    loader_state.prime(loader.dataset._datapipe, [merged])
+    return loader_state.stateful_for(state, loader.num_workers, merged)

@@ -9,8 +9,9 @@ from torch.utils.data import IterDataPipe
 
 from wdspipes.core.compat import fix_dataloader2
 from wdspipes.core.pickling import restored_state, stage_state
-from wdspipes.core.resumable import Resumable
-from wdspipes.core.resume import pipeline_state, restore_pipeline
+from wdspipes.core.seeds import pipeline_epoch, set_pipeline_epoch
+from wdspipes.state.checkpoint import pipeline_state, restore_pipeline
+from wdspipes.state.protocol import Resumable
 
 __all__ = [
     "Sample",
@@ -76,7 +77,7 @@ class StageDataPipe(Resumable, IterDataPipe[T_co]):
     """The base of every wdspipes stage: its state follows the state protocol, its per-item
     bookkeeping in torch is cheap, and it mends DataLoader2 before DataLoader2 can run it.
 
-    Each stage declares how it resumes (see :class:`~wdspipes.core.resumable.Resumable` and
+    Each stage declares how it resumes (see :class:`~wdspipes.state.protocol.Resumable` and
     docs/guide/writing-a-stage.md): one that declares nothing is refused when the state is
     asked for, with a :class:`~wdspipes.errors.ResumeError` naming it.
 
@@ -115,7 +116,7 @@ class StageDataPipe(Resumable, IterDataPipe[T_co]):
 
     def state_dict(self) -> dict[str, Any]:
         """The position of the pipeline that ends in this stage, mid-epoch: small data that
-        :meth:`load_state_dict` takes back (see :mod:`wdspipes.core.resume`).
+        :meth:`load_state_dict` takes back (see :mod:`wdspipes.state.checkpoint`).
 
         This is torchdata's ``Stateful`` protocol: ``StatefulDataLoader`` calls it in each
         worker.
@@ -123,13 +124,26 @@ class StageDataPipe(Resumable, IterDataPipe[T_co]):
         Raises:
             ResumeError: a stage of the pipeline cannot save its state; the message names it.
         """
-        return pipeline_state(self)
+        return pipeline_state(self, pipeline_epoch(self))
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Make the next iteration go on where :meth:`state_dict` was taken.
+        """Make the next iteration go on where :meth:`state_dict` was taken: in the same
+        reader, exactly; with the states of all readers merged (``wdspipes.merge_states``),
+        in a reader of any split, with its share of the work left in the epoch.
 
         Raises:
-            ResumeError: the state is another pipeline's, or was saved with the shards split
-                among another number of workers and ranks.
+            ResumeError: the state is another pipeline's, or one reader's of a job with
+                several loaded into another reader.
         """
         restore_pipeline(self, state_dict)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Number the next epoch of the pipeline that ends in this stage ``epoch``, as
+        ``DistributedSampler.set_epoch`` (see :func:`wdspipes.core.seeds.set_pipeline_epoch`):
+        every random stage draws epoch ``epoch``'s numbers next, and the loader's epochs after
+        it count on from there.
+
+        Raises:
+            ValueError: ``epoch`` is not an int of at least 0.
+        """
+        set_pipeline_epoch(self, epoch)

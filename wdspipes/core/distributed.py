@@ -46,8 +46,8 @@ from torch.utils.data.datapipes.iter.sharding import (
     SHARDING_PRIORITIES,
     ShardingFilterIterDataPipe,
 )
-from torch.utils.data.graph import traverse_dps
-from torch.utils.data.graph_settings import get_all_graph_pipes
+
+from wdspipes.state.graph import sharding_filter_of, upstream_of
 
 __all__ = [
     "ReaderLayout",
@@ -126,14 +126,6 @@ class ReaderLayout:
         return f"rank {self.rank}, worker {self.worker}"
 
 
-def sharding_filter_of(datapipe: IterDataPipe[Any]) -> ShardingFilterIterDataPipe | None:
-    """The core sharding filter upstream of ``datapipe`` (not ``datapipe`` itself), if any."""
-    for pipe in get_all_graph_pipes(traverse_dps(datapipe)):
-        if pipe is not datapipe and isinstance(pipe, ShardingFilterIterDataPipe):
-            return pipe
-    return None
-
-
 def reader_layout(sharding_filter: ShardingFilterIterDataPipe) -> ReaderLayout:
     """The layout the loader gave ``sharding_filter`` through ``apply_sharding``.
 
@@ -187,13 +179,13 @@ def declares_per_worker(source: object) -> bool:
 def _every_reader_reads_all(datapipe: IterDataPipe[Any]) -> bool:
     """Whether every reader of ``datapipe`` (an opener, with no sharding filter upstream)
     reads all its shards: a shard list of known length that no stage before declares per
-    worker (see :func:`declares_per_worker`)."""
+    worker (see :func:`declares_per_worker`), found by the graph walk that pickles nothing
+    (:func:`~wdspipes.state.graph.upstream_of`)."""
     source = getattr(datapipe, "source_datapipe", None)
     if source is None:
         return False
-    for pipe in get_all_graph_pipes(traverse_dps(source)):
-        if declares_per_worker(pipe):
-            return False
+    if any(declares_per_worker(pipe) for pipe in upstream_of(datapipe)):
+        return False
     try:
         len(source)
     except TypeError:  # a source that draws without end, or whose length is not known

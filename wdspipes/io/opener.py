@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from torch.utils.data import IterDataPipe
@@ -36,8 +37,12 @@ from wdspipes.io.pipe import Commands, commands_policy
 from wdspipes.io.readahead import Lookahead, Prefetcher, ReadAhead, ReadStats, readahead_config
 from wdspipes.io.urls import ByteStream, ShardStream, check_url, close_quietly, open_url
 from wdspipes.redaction import RedactedOptions, redact
+from wdspipes.state.checkpoint import layout_of
+from wdspipes.state.elastic import ShardSet, owned
+from wdspipes.state.graph import sharding_filter_of
+from wdspipes.state.protocol import AllReaders
 
-__all__ = ["OpenedShard", "ShardOpener", "opened", "url_opener"]
+__all__ = ["ALL", "OpenedShard", "ResumeTarget", "ShardOpener", "opened", "url_opener"]
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +134,8 @@ class ShardOpener(StageDataPipe[OpenedShard]):
     [('pipe:printf hi', 'en', b'hi')]
     """
 
+    restartable = True
+
     def __init__(
         self,
         source_datapipe: IterDataPipe[ShardItem],
@@ -154,42 +161,61 @@ class ShardOpener(StageDataPipe[OpenedShard]):
         self.read_stats: ReadStats | None = None
         """What this reader read ahead in its current (or last) epoch in this process, and how
         long it waited for it; None without read-ahead."""
-        # Resume bookkeeping (see wdspipes.core.resume): shards taken this epoch and a checksum
-        # of their URLs, what a restored state asks of the next iteration, and the items of
-        # shards to read again.
+        # Resume bookkeeping (see wdspipes.state.checkpoint): the shards taken this epoch, the
+        # index of the last in the epoch's shard list and a checksum of their URLs; the shards
+        # the readers of a merged state began; what a restored state asks of the next
+        # iteration; and the items of shards to read again.
         self.taken = 0
+        self.index = -1
         self.digest = 0
-        self._saved: tuple[int, int] | None = None
-        self._target: tuple[int | None, set[int]] | None = None
+        self.layout = (1, 0)
+        self.began: ShardSet | None = None
+        self._restored: _Restored | None = None
+        self._target: ResumeTarget | None = None
         self.replay_items: dict[int, ShardItem] = {}
 
     def __iter__(self) -> Iterator[OpenedShard]:
+        expected = check_split(self)
+        if self.cache is not None:
+            self.cache.make_directory()
+        self.layout = layout_of(self)
+        restored, self._restored = self._restored, None
+        target, self._target = self._target, None
+        self.began = restored.began if restored is not None else None
+        if target is None and self.began is not None:
+            target = ResumeTarget(None, set(), set(), {})
+        self.taken = self.digest = 0
+        self.index = -1
+        self.replay_items = {}
         items = Lookahead(self.source_datapipe)
+        if target is not None:
+            self._note_replay_items(items, target)
         ahead = None
         if self.readahead is not None:
             ahead = Prefetcher(self.readahead, self._open_item, items, _url_or_none)
         self.read_stats = None if ahead is None else ahead.stats
         try:
-            yield from self._open_each(items, ahead)
+            yield from self._open_each(items, ahead, target, restored, expected)
         finally:
             if ahead is not None:
                 ahead.close()  # stops and joins its threads
 
     def _open_each(
-        self, items: Lookahead[ShardItem], ahead: Prefetcher | None
+        self,
+        items: Lookahead[ShardItem],
+        ahead: Prefetcher | None,
+        target: ResumeTarget | None,
+        restored: _Restored | None,
+        expected: int | None,
     ) -> Iterator[OpenedShard]:
-        """The epoch: each shard of ``items`` opened in turn (through ``ahead`` if any)."""
-        expected = check_split(self)
+        """The epoch: each shard of ``items`` opened in turn (through ``ahead`` if any), those
+        that ``target`` skips passed by."""
+        readers, reader = self.layout
         received = 0
-        if self.cache is not None:
-            self.cache.make_directory()
-        target, self._target = self._target, None
-        saved, self._saved = self._saved, None
-        self.taken = self.digest = 0
-        self.replay_items = {}
         open_shard = self._open_item if ahead is None else ahead.open
         for item in items:
             received += 1
+            self.index = reader + self.taken * readers
             self.taken += 1
             try:
                 url: str | None = shard_url(item)
@@ -198,13 +224,10 @@ class ShardOpener(StageDataPipe[OpenedShard]):
             if url is not None:
                 self.digest = zlib.crc32(url.encode("utf-8", "surrogatepass"), self.digest)
             if target is not None:
-                number, wanted = target
-                if self.taken in wanted:
-                    self.replay_items[self.taken] = item
-                if number is None or self.taken < number:
+                if target.skips(self, item, url, restored):
                     continue
-                self._check_resumed(saved)
-                target = None
+                if target.done:
+                    target = None
             try:
                 stream = open_shard(item)
             except (ShardOpenError, ShardItemError) as exn:
@@ -216,28 +239,72 @@ class ShardOpener(StageDataPipe[OpenedShard]):
             finally:
                 close_quietly(stream)
         if target is not None:
-            self._check_resumed(saved)
+            target.ended(self, restored)
         if expected is None and not received:
             warn_idle_reader(self)
 
-    def replay_state(self) -> dict[str, Any]:
-        """The number of shards taken this epoch and a checksum of their URLs: restored, the
-        opener reads the shard list again from its start, skips to the shard the reader after
-        it asks for (:meth:`resume_at`), and checks that it skipped the same shards."""
-        return {"taken": self.taken, "digest": self.digest}
+    def _note_replay_items(self, items: Lookahead[ShardItem], target: ResumeTarget) -> None:
+        """Note the items of the shards ``target`` reads again, ahead of the first shard opened
+        (with the shards split another way, they may come after it): looked at in ``items``,
+        not taken."""
+        readers, reader = self.layout
+        for taken, item in enumerate(items.upcoming(target.ahead(self.layout))):
+            index = reader + taken * readers
+            if index in target.wanted:
+                self.replay_items[index] = item
 
-    def resume_from(self, state: dict[str, Any]) -> None:
-        self._saved = (state["taken"], state["digest"])
+    def get_state(self) -> dict[str, Any]:
+        """How many shards this reader took this epoch, a checksum of their URLs, how the
+        shards are split (``[readers, reader]``) and, in an epoch restored from a merged state,
+        the shards its readers began. Restored, the opener reads the shard list again from
+        its start and skips to the shard the reader after it asks for (:meth:`resume_at`),
+        checking that it skipped the same shards; merged, it skips the shards begun."""
+        return {
+            "taken": self.taken,
+            "digest": self.digest,
+            "split": list(self.layout),
+            "began": None if self.began is None else self.began.to_state(),
+        }
 
-    def resume_at(self, number: int | None, wanted: set[int]) -> None:
-        """Next iteration, skip the shards before number ``number`` (all of them if None),
-        noting the items of the numbers in ``wanted`` in :attr:`replay_items`: the link a
-        restored reader makes with the opener it reads."""
-        self._target = (number, wanted)
+    def set_state(self, state: Any) -> None:
+        if isinstance(state, AllReaders):
+            split = sharding_filter_of(self)
+            if split is not None and self.source_datapipe is not split:
+                raise ResumeError(
+                    f"{type(self).__name__} (open_shards) reads the sharding filter through "
+                    f"{type(self.source_datapipe).__name__}: to resume with the shards split "
+                    "among another number of readers it must read the filter directly (a "
+                    "shard is known by its index in the filter's list)"
+                )
+            self._restored = _Restored(None, began_by(state.parts))
+        else:
+            self._restored = _Restored((state["taken"], state["digest"]), None)
+            if state["began"] is not None:
+                self._restored.began = ShardSet.from_state(state["began"])
+
+    def resume_at(
+        self,
+        start: int | None,
+        wanted: Collection[int] = (),
+        reopen: Collection[int] = (),
+        checks: Mapping[int, int] | None = None,
+    ) -> None:
+        """Next iteration, skip the shards read already, noting the items of the shards at
+        indexes ``wanted`` in :attr:`replay_items`: the link a restored reader makes with the
+        opener it reads. The reader goes on in the shard at index ``start`` (:data:`ALL`: it
+        had read all its shards), so the shards before it are skipped; in an epoch restored
+        from a merged state (``start`` None), the shards some reader began are skipped, but
+        those at ``reopen``. The URL of a shard at an index in ``checks`` must have that
+        checksum (CRC-32)."""
+        self._target = ResumeTarget(start, set(wanted), set(reopen), dict(checks or {}))
 
     def set_seed(self, seed: int) -> None:
-        """A loader begins an epoch: a state loaded before is dropped (see wdspipes.core.resume)."""
-        self._saved = self._target = None
+        """A loader begins an epoch: a state loaded before is dropped (see
+        wdspipes.state.checkpoint), and the bookkeeping is the new epoch's."""
+        self._restored = self._target = None
+        self.began = None
+        self.taken = self.digest = 0
+        self.index = -1
 
     def open_again(self, item: ShardItem) -> ByteStream:
         """Open a shard read before (its item), to read some of its samples again."""
@@ -245,17 +312,6 @@ class ShardOpener(StageDataPipe[OpenedShard]):
             return self._open(shard_url(item), _from_data(item))
         except ShardOpenError as exn:
             raise ResumeError(f"cannot open a shard again to resume: {exn}") from exn
-
-    def _check_resumed(self, saved: tuple[int, int] | None) -> None:
-        """Raise unless the shards skipped to resume are the ones read before the state was
-        saved (by count and by a checksum of their URLs)."""
-        if saved is None or (self.taken, self.digest) == saved:
-            return
-        raise ResumeError(
-            f"the shards differ from those the state was saved with: of this reader's first "
-            f"{saved[0]} shard URLs then, {self.taken} were found now, with other names or order "
-            "(a changed shard list, seed or split)"
-        )
 
     def _open_item(self, item: ShardItem) -> ByteStream:
         """Open the shard of ``item``; ShardItemError if it names none."""
@@ -299,6 +355,104 @@ def _url_or_none(item: ShardItem) -> str | None:
         return shard_url(item)
     except ShardItemError:
         return None
+
+
+ALL = sys.maxsize
+"""The ``start`` of :meth:`ShardOpener.resume_at` of a reader that had read all its shards."""
+
+
+class _Restored:
+    """What a restored state left for the opener's next epoch: the count and checksum of the
+    shards its reader had taken, to check on the way; or the shards the readers of a merged
+    state began."""
+
+    __slots__ = ("began", "saved")
+
+    def __init__(self, saved: tuple[int, int] | None, began: ShardSet | None) -> None:
+        self.saved = saved
+        self.began = began
+
+
+def began_by(parts: list[dict[str, Any]]) -> ShardSet:
+    """The shards that the readers whose opener parts these are began, together.
+
+    Raises:
+        ResumeError: the parts are of splits among different numbers of readers.
+    """
+    parts = [part for part in parts if part["taken"] or part["began"] is not None]
+    splits = {part["split"][0] for part in parts}
+    if len(splits) > 1:
+        raise ResumeError(f"the readers' states are of splits among {sorted(splits)} readers")
+    readers = splits.pop() if splits else 1
+    counts = [0] * readers
+    began = ShardSet()
+    for part in parts:
+        counts[part["split"][1]] = part["taken"]
+        if part["began"] is not None:
+            began = began.union(ShardSet.from_state(part["began"]))
+    return began.union(ShardSet.taken(readers, counts))
+
+
+class ResumeTarget:
+    """What a restored reader asks of the opener's next epoch (see
+    :meth:`ShardOpener.resume_at`)."""
+
+    __slots__ = ("checked", "checks", "done", "reopen", "start", "wanted")
+
+    def __init__(
+        self, start: int | None, wanted: set[int], reopen: set[int], checks: dict[int, int]
+    ) -> None:
+        self.start = start
+        self.wanted = wanted
+        self.reopen = reopen
+        self.checks = checks
+        self.done = False  # nothing is left to skip or note
+        self.checked = False
+
+    def ahead(self, layout: tuple[int, int]) -> int:
+        """How many items to take ahead, so that the items to read again are noted before the
+        first shard is opened: those up to the last wanted index this reader is dealt."""
+        mine = [index for index in self.wanted if owned(index, layout)]
+        readers, reader = layout
+        return (max(mine) - reader) // readers + 1 if mine else 0
+
+    def skips(
+        self, opener: ShardOpener, item: ShardItem, url: str | None, restored: _Restored | None
+    ) -> bool:
+        """Whether the opener skips ``item``, the shard at ``opener.index``; notes it if it is
+        to be read again, and checks its URL."""
+        index = opener.index
+        if index in self.wanted:
+            opener.replay_items[index] = item
+        check = self.checks.get(index)
+        if check is not None and zlib.crc32((url or "").encode("utf-8", "surrogatepass")) != check:
+            raise ResumeError(
+                f"the shard at index {index} of the epoch's list is {url!r}, not the one the "
+                "state was saved with (a changed shard list, seed or split)"
+            )
+        if self.start is not None and index < self.start:
+            return True
+        if index == self.start:
+            self.ended(opener, restored)
+        began = opener.began
+        if began is None:
+            self.done = True
+            return False
+        return index in began and index not in self.reopen
+
+    def ended(self, opener: ShardOpener, restored: _Restored | None) -> None:
+        """The opener reached the shard to go on at, or the end of its shards: check that it
+        skipped the shards read before the state was saved (by count and by a checksum of
+        their URLs)."""
+        saved = None if restored is None else restored.saved
+        if self.checked or saved is None or (opener.taken, opener.digest) == saved:
+            self.checked = True
+            return
+        raise ResumeError(
+            f"the shards differ from those the state was saved with: of this reader's first "
+            f"{saved[0]} shard URLs then, {opener.taken} were found now, with other names or "
+            "order (a changed shard list, seed or split)"
+        )
 
 
 @stage_factory

@@ -37,6 +37,7 @@ from torch.utils.data.datapipes.iter import IterableWrapper
 from wdspipes.core.datapipe import StageDataPipe, functional_stage
 from wdspipes.core.processes import alive
 from wdspipes.errors import ResumeError
+from wdspipes.state.protocol import stage_name
 
 __all__ = ["DirectoryShardList", "ShardClaimer"]
 
@@ -175,14 +176,16 @@ class ShardClaimer(StageDataPipe[dict[str, str]]):
                     with contextlib.suppress(FileNotFoundError):  # put back by another reader
                         os.rename(claimed, match.group(1))
 
-    def replay_state(self) -> None:
+    def get_state(self) -> None:
+        """Never: the stage is neither :attr:`restartable` nor a reader.
+
+        Raises:
+            ResumeError: always; the shards it reads are consumed as it goes.
+        """
         raise ResumeError(
-            f"{self.stage_label()} (DirectoryShardList) cannot save its place: the shards "
+            f"{stage_name(self)} (DirectoryShardList) cannot save its place: the shards "
             "it reads are claimed and consumed as it goes, and cannot be read again"
         )
-
-    def resume_state(self) -> None:
-        self.replay_state()
 
 
 def _modified(path: str) -> float:

@@ -76,13 +76,13 @@ class SampleGrouper(SampleReader):
 
     def __iter__(self) -> Iterator[Sample]:
         source = self.source_datapipe
-        cursor = self.cursor = ShardCursor()
-        resume, replay = self._begin()
+        starts, replay = self._begin()
+        cursor = self.cursor
         if type(source) is TarLoader:
             # Members bypass the per-item hooks of an upstream TarLoader (see its
             # iter_members), which also tells of failed shards.
-            start = (resume[0], resume[1]) if isinstance(resume, tuple) else None
-            upstream: Iterator[Member] = source.iter_members(cursor, start)
+            offsets = {index: place[0] for index, place in starts.items()}
+            upstream: Iterator[Member] = source.iter_members(cursor, offsets)
         else:
             upstream = iter(source)
         try:

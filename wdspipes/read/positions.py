@@ -1,35 +1,38 @@
 """The reader base: the loop over opened shards that the readers share
 (:func:`read_shards`), and where samples live: how the readers (``group_samples``,
 ``load_cbor``, ``load_msgpack``) keep their place in a shard and read samples again, for
-mid-epoch resume (see :mod:`wdspipes.core.resume`).
+mid-epoch resume (see :mod:`wdspipes.state.checkpoint`).
 
-A sample's place is its shard's number among the shards this reader opened in the epoch
-(counted from 1, as ``open_shards`` counts them) and the byte offset where it starts. A reader
-saves the place of the next sample; a shuffle buffer saves the places of the samples it holds,
-and on restore asks the reader to read those again before it goes on.
+A sample's place is its shard's index in the epoch's list of shards (as ``open_shards`` numbers
+them: the same in every reader, see :mod:`wdspipes.state.elastic`) and the byte offset where it
+starts. A reader saves the place of the next sample; a shuffle buffer saves the places of the
+samples it holds, and on restore asks the reader to read those again before it goes on.
 
 A reader is the stage a pipeline resumes around (its
-:attr:`~wdspipes.core.resumable.Resumable.replays_source`). It links with the stages it works with
+:attr:`~wdspipes.state.protocol.Resumable.reader`). It links with the stages it works with
 as each of its epochs begins: it tells the stages before its ``open_shards`` that an epoch
-begins (:func:`wdspipes.core.resume.begin_replay`), asks that opener to skip to the shard it goes on
-from (:meth:`~wdspipes.io.ShardOpener.resume_at`), and keeps a
-:class:`~wdspipes.core.resumable.SamplePlaces` up to date for a shuffle buffer after it.
+begins (:func:`wdspipes.state.graph.epoch_begins`), asks that opener to skip the shards read
+already (:meth:`~wdspipes.io.ShardOpener.resume_at`), and keeps a
+:class:`~wdspipes.state.protocol.SamplePlaces` up to date for a shuffle buffer after it.
 """
 
 from __future__ import annotations
 
 import itertools
 import reprlib
+import zlib
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from wdspipes.core.datapipe import Sample, StageDataPipe
-from wdspipes.core.resumable import Place, SamplePlaces
-from wdspipes.core.resume import begin_replay
 from wdspipes.errors import Handler, ResumeError, ShardItemError, WdsError, handle
 from wdspipes.io.items import ShardItem, shard_fields, shard_url
-from wdspipes.io.opener import OpenedShard, ShardOpener
+from wdspipes.io.opener import ALL, OpenedShard, ShardOpener
 from wdspipes.io.urls import ByteStream, close_quietly, shard_failure
+from wdspipes.state.checkpoint import layout_of
+from wdspipes.state.elastic import owned
+from wdspipes.state.graph import epoch_begins
+from wdspipes.state.protocol import AllReaders, Place, SamplePlaces
 
 __all__ = ["END", "START", "SampleReader", "ShardCursor", "read_shards", "sample_entries"]
 
@@ -39,11 +42,18 @@ _NONE: Any = object()
 START, END = "start", "end"
 """A reader's position before the first sample of its epoch, and after the last."""
 
+CHECKED = 32
+"""How many of the last shards it entered a reader keeps a checksum of the URL of, in its state:
+in a job resumed with another number of readers, the shards the readers go on in, and those the
+samples of their shuffle buffers are in, are checked to be the same ones."""
+
 
 class ShardCursor:
-    """Which shard a reader is in: its number among the shards this reader opened in this
-    epoch (counted from 1, as ``open_shards`` counts them), its local file if any, and the
-    entries every sample of it gets after ``__url__`` (:func:`sample_entries`), if any.
+    """Which shard a reader is in: its index in the epoch's list of shards (as ``open_shards``
+    numbers them; without an opener, its number among those read, from 0), its local file if
+    any, and the entries every sample of it gets after ``__url__`` (:func:`sample_entries`), if
+    any. Given a dict in ``checks``, it notes there a checksum of the URL of each of the last
+    :data:`CHECKED` shards, by index.
 
     When the shard fails, the loader notes the member it failed in and where, if known
     (``failed_member``, ``failed_offset``), and the reader the key of the sample it dropped
@@ -52,6 +62,7 @@ class ShardCursor:
     """
 
     __slots__ = (
+        "checks",
         "dropped",
         "entries",
         "failed_member",
@@ -61,8 +72,9 @@ class ShardCursor:
         "unmarked_end",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, checks: dict[int, int] | None = None) -> None:
         self.number = 0
+        self.checks = checks
         self.local_path: str | None = None
         self.entries: dict[str, Any] | None = None
         self.failed_member: str | None = None
@@ -122,7 +134,7 @@ def read_shards(
     read: Callable[[str, ByteStream, int], Iterator[T]],
     handler: Handler,
     cursor: ShardCursor,
-    start: Place | None = None,
+    starts: Mapping[int, int] | None = None,
     failed: T | None = None,
 ) -> Iterator[T]:
     """The items of every shard ``source`` opens, shard after shard: the loop that every reader
@@ -138,13 +150,13 @@ def read_shards(
             dicts with ``"url"`` and ``"stream"`` whose other keys every item of the shard
             carries (a :class:`~wdspipes.errors.ShardItemError` through ``handler`` if neither).
         read: the items of one shard, ``stream`` (named ``url``), from byte ``offset``: 0 but
-            in the shard that ``start`` names.
+            in the shards that ``starts`` names.
         handler: what to do when a shard fails: continuing goes on with the next shard.
-        cursor: set to each shard's number (as ``open_shards`` counts them, if it is the
+        cursor: set to each shard's index (as ``open_shards`` numbers them, if it is the
             source), local file and sample entries before its first item; when a shard
             fails, the member and offset that its error names are noted there.
-        start: ``(shard number, byte offset)``: where to go on from when resuming. Only the
-            shard with that number begins there: if it cannot be opened any more, the one
+        starts: shard index -> byte offset: where to go on from when resuming. Only the
+            shards with those indexes begin there: if one cannot be opened any more, the one
             after it begins at its start.
         failed: if given, yielded when a shard fails, before ``handler`` decides: the reader
             after it may drop the sample it was assembling, naming it in ``cursor.dropped``
@@ -159,14 +171,15 @@ def read_shards(
     ...     stream.seek(offset)
     ...     return iter([(url, stream.read())])
     >>> cursor = ShardCursor()
-    >>> list(read_shards(shards, read, reraise_exception, cursor, start=(1, 2)))
+    >>> list(read_shards(shards, read, reraise_exception, cursor, starts={0: 2}))
     [('a', b'z'), ('b', b'uvw')]
     >>> cursor.number
-    2
+    1
     """
     opener = source if isinstance(source, ShardOpener) else None
-    for number, shard in enumerate(source, start=1):
-        cursor.number = number if opener is None else opener.taken
+    checks = cursor.checks
+    for number, shard in enumerate(source):
+        cursor.number = number if opener is None else opener.index
         try:
             url, stream, fields = _shard_parts(shard)
         except ShardItemError as exn:
@@ -174,7 +187,11 @@ def read_shards(
                 return
             continue
         cursor.enter(stream, fields)
-        offset = start[1] if start is not None and start[0] == cursor.number else 0
+        if checks is not None:
+            checks[cursor.number] = zlib.crc32(url.encode("utf-8", "surrogatepass"))
+            if len(checks) > CHECKED:
+                del checks[next(iter(checks))]
+        offset = starts.get(cursor.number, 0) if starts else 0
         try:
             yield from read(url, stream, offset)
             stream.close()  # a pipe: command's failure is raised here
@@ -198,6 +215,15 @@ def _dropping(error: Exception, cursor: ShardCursor) -> Exception:
     return error
 
 
+class Partials(NamedTuple):
+    """Where the readers of a merged state were in the shards they had begun: shard index ->
+    the reader's place in it (byte offset, and for a stream shard the item's number); and the
+    checksums of the URLs of the last shards they entered, by index."""
+
+    places: dict[int, list[int]]
+    checks: dict[int, int]
+
+
 class SampleReader(StageDataPipe[Sample]):
     """A stage that makes samples of opened shards and knows where each one lives: a reader.
 
@@ -208,14 +234,15 @@ class SampleReader(StageDataPipe[Sample]):
     implement :meth:`_opener` and :meth:`_collect`.
     """
 
-    replays_source = True
+    reader = True
 
     def __init__(self) -> None:
         super().__init__()
         self.cursor = ShardCursor()
         self.next_offset: int | str = START
         self.places = SamplePlaces()
-        self._resume: tuple[int, ...] | str = START
+        self.checks: dict[int, int] = {}  # of the last shards' URLs (see read_shards)
+        self._resume: list[int] | str | Partials | None = None
 
     def _opener(self) -> ShardOpener:
         """The ``open_shards`` stage this reader reads; ResumeError if it reads another."""
@@ -235,24 +262,36 @@ class SampleReader(StageDataPipe[Sample]):
         except ResumeError:
             return None
 
-    def _begin(self) -> tuple[tuple[int, ...] | str, list[Place]]:
-        """Begin an epoch: tell the stages before the opener (they are replayed), take what a
-        restored state left to do, and tell the opener where to go. Returns the position to
-        go on from, and the places of samples to read again first (a restored shuffle
+    def _begin(self) -> tuple[dict[int, list[int]], list[Place]]:
+        """Begin an epoch: tell the stages before the opener (they restart), take what a
+        restored state left to do, and tell the opener what to skip. Returns the places to go
+        on from in the shards begun (shard index -> byte offset and, for stream shards, the
+        item's number), and the places of samples to read again first (a restored shuffle
         buffer's, through :attr:`places`)."""
         opener = self._find_opener()
         if opener is not None:
-            begin_replay(opener)
+            epoch_begins(opener)
         resume, replay = self._resume, self.places.again
-        self._resume, self.places.again = START, []
+        self._resume, self.places.again = None, []
+        self.checks = {}
+        self.cursor = ShardCursor(self.checks)
         self.next_offset = START
-        if replay and resume == START:
-            raise ResumeError("a shuffle buffer holds samples, but the reader has not begun")
-        if resume == START:
-            return resume, []
-        number = resume[0] if isinstance(resume, tuple) else None
-        self._opener().resume_at(number, {shard for shard, _ in replay})
-        return resume, replay
+        if resume is None or resume == START:
+            if replay:
+                raise ResumeError("a shuffle buffer holds samples, but the reader has not begun")
+            return {}, []
+        wanted = {shard for shard, _ in replay}
+        if isinstance(resume, Partials):  # a merged state: this reader's shards of it
+            layout = layout_of(self._opener())
+            starts = {index: at for index, at in resume.places.items() if owned(index, layout)}
+            self._opener().resume_at(None, wanted, starts, resume.checks)
+            return starts, replay
+        if not isinstance(resume, list):  # the end of its epoch
+            self._opener().resume_at(ALL, wanted)
+            return {}, replay
+        index, *place = resume
+        self._opener().resume_at(index, wanted)
+        return {index: place}, replay
 
     def _replay_first(
         self, items: Iterator[T], replay: list[Place]
@@ -271,7 +310,7 @@ class SampleReader(StageDataPipe[Sample]):
         return iter(()) if first is _NONE else itertools.chain((first,), items)
 
     def _read_again(self, refs: list[Place]) -> Iterator[Sample]:
-        """The samples at ``refs`` (shard number, offset), in that order: each shard they are
+        """The samples at ``refs`` (shard index, offset), in that order: each shard they are
         in is opened once."""
         opener = self._opener()
         found: dict[Place, Sample] = {}
@@ -279,7 +318,12 @@ class SampleReader(StageDataPipe[Sample]):
         for shard, offset in refs:
             by_shard.setdefault(shard, []).append(offset)
         for shard, offsets in sorted(by_shard.items()):
-            item = opener.replay_items[shard]
+            item = opener.replay_items.get(shard)
+            if item is None:
+                raise ResumeError(
+                    f"the shard at index {shard} of the epoch's list, which a saved shuffle "
+                    "buffer's samples are in, is not in the shard list any more"
+                )
             offsets.sort()
             for offset, sample in self._samples_at(opener, item, offsets).items():
                 found[shard, offset] = sample
@@ -311,24 +355,36 @@ class SampleReader(StageDataPipe[Sample]):
         return samples
 
     def set_seed(self, seed: int) -> None:
-        """A loader begins an epoch: a state loaded before is dropped (see wdspipes.core.resume)."""
-        self._resume, self.places.again = START, []
+        """A loader begins an epoch: a state loaded before is dropped (see
+        wdspipes.state.checkpoint), and the place is the new epoch's start."""
+        self._resume, self.places.again = None, []
+        self.next_offset = START
 
-    def resume_state(self) -> dict[str, Any]:
-        """The place of the next sample: ``[shard number, byte offset]``, or ``"start"`` or
-        ``"end"`` of the epoch.
+    def get_state(self) -> dict[str, Any]:
+        """The place of the next sample: ``[shard index, byte offset]``, or ``"start"`` or
+        ``"end"`` of the epoch; and checksums of the URLs of the last shards entered.
 
         Raises:
             ResumeError: the reader does not read ``open_shards`` as it must to resume.
         """
         self._opener()
         offset = self.next_offset
-        return {"next": [self.cursor.number, offset] if isinstance(offset, int) else offset}
+        place = [self.cursor.number, offset] if isinstance(offset, int) else offset
+        return {"next": place, "checks": dict(self.checks)}
 
-    def resume_from(self, state: dict[str, Any]) -> None:
-        position = state["next"]
-        self._resume = tuple(position) if isinstance(position, list) else position
+    def set_state(self, state: Any) -> None:
         self.places.again = []
+        if not isinstance(state, AllReaders):
+            self._resume = state["next"]
+            return
+        places: dict[int, list[int]] = {}
+        checks: dict[int, int] = {}
+        for part in state.parts:
+            if isinstance(part["next"], list):
+                index, *place = part["next"]
+                places[index] = place
+            checks.update((int(index), check) for index, check in part["checks"].items())
+        self._resume = Partials(places, checks)
 
     def sample_places(self) -> SamplePlaces:
         return self.places

@@ -56,6 +56,8 @@ class ShardList(StageDataPipe[ShardItem]):
     ['a.tar', {'url': 'b.tar', 'lang': 'en'}]
     """
 
+    restartable = True
+
     def __init__(self, urls: ShardSpec | Sequence[ShardItem]) -> None:
         super().__init__()
         self.urls: list[ShardItem] = _shard_items(urls)
@@ -63,7 +65,7 @@ class ShardList(StageDataPipe[ShardItem]):
     def __iter__(self) -> Iterator[ShardItem]:
         yield from self.urls
 
-    def replay_state(self) -> None:
+    def get_state(self) -> None:
         """Nothing: before the reader, the list is given again from its start."""
         return None
 
@@ -114,6 +116,8 @@ class ShardLister(StageDataPipe[ShardItem]):
     [{'url': 'c-1.tar', 'lang': 'en'}, {'url': 'c-2.tar', 'lang': 'en'}]
     """
 
+    restartable = True
+
     def __init__(self, source_datapipe: IterDataPipe[ShardSpec | Mapping[str, Any]]) -> None:
         super().__init__()
         self.source_datapipe = source_datapipe
@@ -126,7 +130,7 @@ class ShardLister(StageDataPipe[ShardItem]):
             else:
                 yield from expand_urls(spec)
 
-    def replay_state(self) -> None:
+    def get_state(self) -> None:
         """Nothing: before the reader, the specs are expanded again from the start."""
         return None
 

@@ -143,26 +143,28 @@ class StreamLoader(SampleReader):
         self.source_datapipe = source_datapipe
         self.handler = handler
         self.next_index = 0  # the next item's number in its shard (its default __key__)
+        self._first_index: dict[int, int] = {}  # of the shards resumed mid-way, by index
 
     def __iter__(self) -> Iterator[Sample]:
-        cursor = self.cursor = ShardCursor()
-        resume, replay = self._begin()
-        start = None
-        if isinstance(resume, tuple):
-            start, self.next_index = (resume[0], resume[1]), resume[2]
-        samples = read_shards(self.source_datapipe, self._samples, self.handler, cursor, start)
+        starts, replay = self._begin()
+        self._first_index = {index: place[1] for index, place in starts.items()}
+        offsets = {index: place[0] for index, place in starts.items()}
+        samples = read_shards(
+            self.source_datapipe, self._samples, self.handler, self.cursor, offsets
+        )
         samples = yield from self._replay_first(samples, replay)
         yield from samples
         self.next_offset = END
 
     def _samples(self, url: str, stream: ByteStream, start: int) -> Iterator[Sample]:
-        """The samples of one shard from byte ``start``, where item number
-        :attr:`next_index` of the shard begins when ``start`` is not 0."""
+        """The samples of one shard from byte ``start``, where the item whose number a restored
+        state gave begins when ``start`` is not 0."""
         _skip_to(stream, url, start)
         number, entries = self.cursor.number, self.cursor.entries
         places, kind = self.places, self.kind
         items = type(self).items(url, stream, start)
-        for index, (offset, end, item) in enumerate(items, start=self.next_index if start else 0):
+        first = self._first_index.get(number, 0) if start else 0
+        for index, (offset, end, item) in enumerate(items, start=first):
             sample = _sample(item, url, entries, index, offset, kind)
             places.last = (number, offset)
             self.next_offset, self.next_index = end, index + 1
@@ -188,8 +190,8 @@ class StreamLoader(SampleReader):
                     break
         return samples
 
-    def resume_state(self) -> dict[str, Any]:
-        state = super().resume_state()
+    def get_state(self) -> dict[str, Any]:
+        state = super().get_state()
         if isinstance(state["next"], list):
             state["next"].append(self.next_index)
         return state

@@ -5,14 +5,13 @@ by :mod:`wdspipes.read.walk`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from torch.utils.data import IterDataPipe
 
 from wdspipes.core.curried import Stage, stage_factory
 from wdspipes.core.datapipe import StageDataPipe, functional_stage
-from wdspipes.core.resumable import Place
 from wdspipes.errors import (
     Handler,
     reraise_exception,
@@ -80,6 +79,8 @@ class TarLoader(StageDataPipe[TarMember]):
     [('a.txt', 0), ('a.cls', 1024)]
     """
 
+    restartable = True
+
     def __init__(
         self,
         source_datapipe: IterDataPipe[OpenedShard],
@@ -113,13 +114,13 @@ class TarLoader(StageDataPipe[TarMember]):
             "max_member_size": self.max_member_size,
         }
 
-    def replay_state(self) -> None:
+    def get_state(self) -> None:
         """Nothing: the reader after it, ``group_samples``, keeps the place of each sample and
         starts it there (see :meth:`iter_members`). Bare members cannot resume."""
         return None
 
     def iter_members(
-        self, cursor: ShardCursor | None = None, start: Place | None = None
+        self, cursor: ShardCursor | None = None, starts: Mapping[int, int] | None = None
     ) -> Iterator[Member]:
         """The members as plain tuples, without the per-item hooks torch wraps around
         ``__iter__``.
@@ -133,14 +134,14 @@ class TarLoader(StageDataPipe[TarMember]):
                 and :data:`FAILED` is yielded before the handler decides: the reader then
                 drops the sample it was assembling unless it is known to be whole, naming it
                 in ``cursor.dropped`` for the error.
-            start: ``(shard number, byte offset)``: the shard and the member's first header
-                to go on from, when resuming (see :func:`~wdspipes.read.positions.read_shards`).
+            starts: shard index -> byte offset: the shards and the members' first headers to
+                go on from, when resuming (see :func:`~wdspipes.read.positions.read_shards`).
         """
         if cursor is None:
             walk = self._walker(self.unmarked_end)
-            return read_shards(self.source_datapipe, walk, self.handler, ShardCursor(), start)
+            return read_shards(self.source_datapipe, walk, self.handler, ShardCursor(), starts)
         walk = self._walker(cursor.note_unmarked_end)
-        return read_shards(self.source_datapipe, walk, self.handler, cursor, start, FAILED)
+        return read_shards(self.source_datapipe, walk, self.handler, cursor, starts, FAILED)
 
     def _walker(
         self, unmarked_end: Callable[[str], None]

@@ -210,7 +210,7 @@ class Batcher(StageDataPipe[Any]):
     def _finish(self, batch: list[Any]) -> Any:
         return SampleList(batch) if self.collation_fn is None else self.collation_fn(batch)
 
-    def resume_state(self) -> None:
+    def get_state(self) -> None:
         """Nothing: between the batches it yields, it holds no sample."""
         return None
 
@@ -250,7 +250,7 @@ class Unbatcher(StageDataPipe[Any]):
                 self.rows_left = len(rows) - index - 1
                 yield row
 
-    def resume_state(self) -> None:
+    def get_state(self) -> None:
         """Nothing, between batches; inside one, it cannot save its place.
 
         Raises:

@@ -22,7 +22,11 @@ from torch.utils.data import IterDataPipe
 
 from wdspipes.core.curried import Stage, stage_factory
 from wdspipes.core.datapipe import StageDataPipe, functional_stage
-from wdspipes.core.resume import abandon_epoch
+from wdspipes.core.seeds import PASS, REPEAT, read_again, sharding_position
+from wdspipes.errors import ResumeError
+from wdspipes.state.checkpoint import abandon_epoch
+from wdspipes.state.elastic import share_of
+from wdspipes.state.protocol import AllReaders
 
 __all__ = ["EpochLimiter", "EpochRepeater", "LengthSetter", "repeat", "with_epoch", "with_length"]
 
@@ -31,9 +35,16 @@ def _epochs(stage: EpochLimiter | EpochRepeater, count: int | None, resumed: boo
     """The items of ``count`` epochs of ``stage``'s source (without end if None), counting
     the epochs finished in ``stage.done``; stops, with a warning, if an epoch of the source
     yields nothing, rather than spin forever. A ``resumed`` first epoch goes on from a
-    restored state, and may rightly be empty."""
+    restored state, and may rightly be empty. Each epoch of the source after the first is
+    read again within the loader's epoch (see :mod:`wdspipes.core.seeds`): ``with_epoch``'s as
+    another pass, so that the shard order stays the epoch's in every worker and rank however
+    often each reads its shards; ``repeat_epochs``', which every reader makes alike, as
+    another repetition, with a shard order of its own."""
     source = stage.source_datapipe
-    for _ in itertools.count() if count is None else range(count):
+    kind = PASS if isinstance(stage, EpochLimiter) else REPEAT
+    for again in itertools.count() if count is None else range(count):
+        if again or stage.done:
+            read_again(source, kind)
         empty = True
         for item in source:
             empty = False
@@ -76,11 +87,17 @@ class EpochLimiter(StageDataPipe[Any]):
         self.nitems = nitems
         self.count = 0  # items yielded this epoch
         self.done = 0  # epochs of the source finished in it
-        self._resume: int | None = None
+        self._resume: dict[str, Any] | AllReaders | None = None
 
     def __iter__(self) -> Iterator[Any]:
         resume, self._resume = self._resume, None
-        self.count = resume or 0
+        self.count = self.done = 0
+        if isinstance(resume, AllReaders):  # a merged state: this reader's share of the left
+            left = sum(self.nitems - part["count"] for part in resume.parts)
+            left += resume.starting * self.nitems
+            self.count = self.nitems - share_of(left, sharding_position(self) or (1, 0))
+        elif resume is not None:
+            self.count, self.done = resume["count"], resume["done"]
         if self.count >= self.nitems:
             if resume is not None:  # restored at the end of its epoch
                 abandon_epoch(self.source_datapipe)
@@ -92,14 +109,22 @@ class EpochLimiter(StageDataPipe[Any]):
                 return
 
     def set_seed(self, seed: int) -> None:
-        """A loader begins an epoch: a state loaded before is dropped (see wdspipes.core.resume)."""
+        """A loader begins an epoch: a state loaded before is dropped (see
+        wdspipes.state.checkpoint)."""
         self._resume = None
+        self.count = self.done = 0
 
-    def resume_state(self) -> dict[str, Any]:
-        return {"count": self.count}
+    def get_state(self) -> dict[str, Any]:
+        return {"count": self.count, "done": self.done}
 
-    def resume_from(self, state: dict[str, Any]) -> None:
-        self._resume = state["count"]
+    def set_state(self, state: Any) -> None:
+        if isinstance(state, AllReaders) and any(part["done"] for part in state.parts):
+            raise ResumeError(
+                "EpochLimiter (with_epoch) cannot resume with the shards split among another "
+                "number of readers: a reader had read all its samples and was reading them "
+                "again, so which ones are left is not known; keep the count of readers"
+            )
+        self._resume = state  # a merged state's share is taken as the epoch begins
 
     def __len__(self) -> int:
         return self.nitems
@@ -176,13 +201,23 @@ class EpochRepeater(StageDataPipe[Any]):
         yield from _epochs(self, left, resumed=resume is not None)
 
     def set_seed(self, seed: int) -> None:
-        """A loader begins an epoch: a state loaded before is dropped (see wdspipes.core.resume)."""
+        """A loader begins an epoch: a state loaded before is dropped (see
+        wdspipes.state.checkpoint)."""
         self._resume = None
+        self.done = 0
 
-    def resume_state(self) -> dict[str, Any]:
+    def get_state(self) -> dict[str, Any]:
         return {"done": self.done}
 
-    def resume_from(self, state: dict[str, Any]) -> None:
+    def set_state(self, state: Any) -> None:
+        if isinstance(state, AllReaders):
+            done = {part["done"] for part in state.parts} | ({0} if state.starting else set())
+            if len(done) > 1:
+                raise ResumeError(
+                    "EpochRepeater (repeat_epochs) cannot resume with the shards split among "
+                    "another number of readers: its readers were in different repetitions"
+                )
+            state = {"done": done.pop() if done else 0}
         self._resume = state["done"]
 
     def __len__(self) -> int:

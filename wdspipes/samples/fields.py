@@ -22,7 +22,6 @@ from torch.utils.data import IterDataPipe
 
 from wdspipes.core.curried import Stage, stage_factory
 from wdspipes.core.datapipe import Sample, StageDataPipe, functional_stage
-from wdspipes.core.resume import abandon_epoch
 from wdspipes.errors import (
     Handler,
     MissingFieldError,
@@ -31,6 +30,8 @@ from wdspipes.errors import (
     reraise_exception,
     sample_location,
 )
+from wdspipes.state.checkpoint import abandon_epoch
+from wdspipes.state.protocol import AllReaders
 
 __all__ = [
     "FieldMapper",
@@ -433,13 +434,17 @@ class ItemSlicer(StageDataPipe[Any]):
                 return
 
     def set_seed(self, seed: int) -> None:
-        """A loader begins an epoch: a state loaded before is dropped (see wdspipes.core.resume)."""
+        """A loader begins an epoch: a state loaded before is dropped (see
+        wdspipes.state.checkpoint)."""
         self._resume = None
+        self.position = 0
 
-    def resume_state(self) -> dict[str, Any]:
+    def get_state(self) -> dict[str, Any]:
         return {"position": self.position}
 
-    def resume_from(self, state: dict[str, Any]) -> None:
+    def set_state(self, state: Any) -> None:
+        if isinstance(state, AllReaders):
+            super().set_state(state)  # refused: a slice of each reader's items
         self._resume = state["position"]
 
 

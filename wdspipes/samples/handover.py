@@ -37,8 +37,9 @@ import numpy as np
 import torch
 
 from wdspipes.core.processes import alive
+from wdspipes.core.worker_queues import on_workers_gone
 
-__all__ = ["MIN_BYTES", "batch_array"]
+__all__ = ["MIN_BYTES", "batch_array", "forget_dead_workers"]
 
 MIN_BYTES = 1 << 20
 """Columns smaller than this (labels, keys) are made as before: the slot would save nothing."""
@@ -228,11 +229,26 @@ def _rebuild_storage(fd_box: Any, generation: int, nbytes: int) -> torch.Untyped
     return torch.from_numpy(data).untyped_storage()
 
 
-def _forget_dead_workers() -> None:
-    """Unmap (once nothing reads them) the slots of workers that have exited, and the oldest
-    beyond :data:`_MAPPED_AT_MOST`; a dropped mapping stays valid for the arrays still over it."""
+def forget_dead_workers() -> None:
+    """Let go of the slots of worker processes that have exited (each once nothing reads it):
+    a loader calls this when it finds a worker dead or ends its workers (see
+    :func:`wdspipes.core.worker_queues.on_workers_gone`)."""
+    with _mappings_lock:
+        _drop_dead()
+
+
+on_workers_gone(forget_dead_workers)
+
+
+def _drop_dead() -> None:
     for key, mapping in list(_mappings.items()):
         if not alive(mapping.owner()):
             del _mappings[key]
+
+
+def _forget_dead_workers() -> None:
+    """Unmap (once nothing reads them) the slots of workers that have exited, and the oldest
+    beyond :data:`_MAPPED_AT_MOST`; a dropped mapping stays valid for the arrays still over it."""
+    _drop_dead()
     while len(_mappings) >= _MAPPED_AT_MOST:
         _mappings.popitem(last=False)

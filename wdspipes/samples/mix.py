@@ -9,7 +9,7 @@ comes from the stage's own seed (``seed=``, else the loader's, see :mod:`wdspipe
 so a run is reproducible, and differs between workers.
 
 Each source is a pipeline of its own, with its own reader, and the mixer's state holds each
-source's whole state (:func:`~wdspipes.core.resume.pipeline_state`) besides its own place in
+source's whole state (:func:`~wdspipes.state.checkpoint.pipeline_state`) besides its own place in
 the turn or the number of draws made: a mixed pipeline resumes mid-epoch like any other.
 A sample buffer after a mixer cannot save its samples' places (they are in several sources'
 shards): shuffle within the sources, before the mixer.
@@ -32,9 +32,10 @@ from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes.iter import IterableWrapper
 
 from wdspipes.core.datapipe import StageDataPipe, functional_stage
-from wdspipes.core.resume import abandon_epoch, pipeline_state, prime_pipeline, restore_pipeline
-from wdspipes.core.seeds import Seeding
+from wdspipes.core.seeds import SeededStage, Seeding
 from wdspipes.samples.shuffle import Draws
+from wdspipes.state.checkpoint import abandon_epoch, pipeline_state, restore_pipeline
+from wdspipes.state.protocol import AllReaders, Resumable
 
 __all__ = ["Interleaver", "RandomInterleaver", "RandomMix", "RoundRobin"]
 
@@ -138,7 +139,7 @@ class _Mixer(StageDataPipe[T]):
         self._resume = None
         self._abandon = [False] * len(self.source_datapipes)
 
-    def resume_state(self) -> dict[str, Any]:
+    def get_state(self) -> dict[str, Any]:
         """The mixer's place, the phase of each source, and each source's whole state.
 
         Raises:
@@ -150,16 +151,14 @@ class _Mixer(StageDataPipe[T]):
             "sources": [pipeline_state(source) for source in self.source_datapipes],
         }
 
-    def resume_from(self, state: dict[str, Any]) -> None:
+    def set_state(self, state: Any) -> None:
+        if isinstance(state, AllReaders):
+            Resumable.set_state(self, state)  # refused: each reader's own turn among its sources
         for source, part in zip(self.source_datapipes, state["sources"], strict=True):
             restore_pipeline(source, part)
         self.phases = list(state["phases"])
         self._abandon = [phase != FRESH for phase in self.phases]
         self._resume = state["place"]
-
-    def prime_epoch(self, state: Any) -> None:
-        for source, part in zip(self.source_datapipes, state["sources"], strict=True):
-            prime_pipeline(source, part)
 
     def _lengths(self) -> list[int]:
         return [len(source) for source in self.source_datapipes]
@@ -243,7 +242,7 @@ class RoundRobin(Interleaver[T]):
 
 
 @functional_stage("interleave_randomly")
-class RandomInterleaver(_Mixer[T]):
+class RandomInterleaver(_Mixer[T], SeededStage):
     """Items of sources drawn at random (functional name: ``interleave_randomly``).
 
     The items of the source and of ``others``, as webdataset's ``RandomMix``: each item
@@ -290,7 +289,6 @@ class RandomInterleaver(_Mixer[T]):
 
     def _begin(self, resume: dict[str, Any] | str | None) -> dict[str, Any]:
         place = super()._begin(resume)
-        self.seeding.mark()  # its own epoch, as a sample shuffle's
         self.draws = Draws(self.seeding.next_material(self))
         self.draws.skip(place.get("draws", 0))
         self._bounds = _bounds([self.probs[index] for index in place["live"]])
@@ -311,20 +309,16 @@ class RandomInterleaver(_Mixer[T]):
         self.seeding.set_seed(seed)
         super().set_seed(seed)
 
-    def resume_state(self) -> dict[str, Any]:
-        state = super().resume_state()
+    def get_state(self) -> dict[str, Any]:
+        state = super().get_state()
         if isinstance(state["place"], dict):
             state["place"]["draws"] = self.draws.count
         state["seeding"] = self.seeding.state()
         return state
 
-    def resume_from(self, state: dict[str, Any]) -> None:
-        super().resume_from(state)
+    def set_state(self, state: Any) -> None:
+        super().set_state(state)
         self.seeding.load_state(state["seeding"])
-
-    def prime_epoch(self, state: Any) -> None:
-        super().prime_epoch(state)
-        self.seeding.prime(state["seeding"])
 
     def __len__(self) -> int:
         if not self.longest:

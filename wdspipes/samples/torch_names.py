@@ -41,11 +41,11 @@ from typing import Any
 from torch.utils.data import IterDataPipe
 
 from wdspipes.core.datapipe import StageDataPipe, until_registered
-from wdspipes.core.resume import upstream_of
 from wdspipes.errors import TorchNameWarning
 from wdspipes.samples.epochs import EpochRepeater
 from wdspipes.samples.fields import ItemSlicer, SampleMapper
-from wdspipes.samples.shuffle import BufferShuffler
+from wdspipes.samples.shuffle import BufferShuffler, seed_from
+from wdspipes.state.graph import upstream_of
 
 __all__ = ["install", "is_wdspipes_pipeline"]
 
@@ -80,11 +80,7 @@ def _webdataset_shuffle(
     handler: Any = None,  # taken and not used, as in webdataset
     **others: Any,
 ) -> IterDataPipe[Any]:
-    if "rng" in others:
-        raise TypeError(
-            "shuffle(size, rng=...): wdspipes' shuffles take seed=, not a random generator, "
-            "so that their state can be saved; pass seed=..."
-        )
+    rng = others.pop("rng", None)  # webdataset's: the seed is drawn from it (seed_from)
     if others:
         raise TypeError(
             f"shuffle(size, ...) is webdataset's shuffle buffer, which takes initial= and "
@@ -95,7 +91,7 @@ def _webdataset_shuffle(
         raise TypeError(f"shuffle(size): size must be an int, got {size!r}")
     if size < 1:  # webdataset: no shuffle
         return source
-    return BufferShuffler(source, bufsize=size, initial=initial, seed=seed)
+    return BufferShuffler(source, bufsize=size, initial=initial, seed=seed_from(rng, seed))
 
 
 def _map(theirs: Theirs, source: IterDataPipe[Any], /, *args: Any, **kwargs: Any) -> Any:

@@ -21,11 +21,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from torch.utils.data import IterDataPipe
-from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
 from wdspipes.core.curried import Stage, stage_factory
 from wdspipes.core.datapipe import Sample, StageDataPipe, functional_stage
-from wdspipes.core.seeds import SeededStage, Seeding, sharding_position
+from wdspipes.core.seeds import SeededStage, Seeding
 from wdspipes.errors import DecodeError, Handler, handle, reraise_exception, sample_location
 from wdspipes.samples.decoders.basic import (
     MAX_DECODED_SIZE,
@@ -360,22 +359,11 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
                 if not handle(self.handler, exn):
                     return
 
-    def resume_state(self) -> dict[str, Any]:
-        """The seed material of the epoch: a sample's draws depend on it and on the sample
-        alone, so going on mid-epoch needs nothing more."""
-        return self.replay_state()
-
     def _material(self) -> tuple[object, ...]:
-        """The epoch's seed material: the Seeding's, and the position of the sharding filter
-        upstream, looked for from the source (the handlers of this stage need not pickle)."""
-        self.seeding.mark()  # its own epoch: resuming replays the material (wdspipes.core.seeds)
-        source = self.source_datapipe
-        stream = (
-            (source.num_of_instances, source.instance_id)
-            if isinstance(source, ShardingFilterIterDataPipe)
-            else sharding_position(source)
-        )
-        return (self.seeding.next_material(), stream)
+        """The epoch's seed material (see :mod:`wdspipes.core.seeds`): a sample's draws depend
+        on it and on the sample alone, so going on mid-epoch needs nothing more than the
+        stage's seed state."""
+        return self.seeding.next_material(self)
 
 
 def sample_seed(material: tuple[object, ...], sample: Sample) -> str:
