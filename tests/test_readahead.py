@@ -6,7 +6,8 @@ What this file proves: samples come in the list's order, as without read-ahead, 
 the shards finish opening in; a shard that fails to open, or to read, fails in its turn,
 through the handler, after everything before it; stopping early leaves no thread and no
 command behind; a shard cache keeps no shard read ahead but not read; states resume as
-without read-ahead; the opener pickles mid-epoch; the statistics and their log line.
+without read-ahead, and a restored reader (of the same split or another) reads ahead only the
+shards it reads; the opener pickles mid-epoch; the statistics and their log line.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import itertools
 import logging
 import os
 import pickle
+import random
 import shlex
 import threading
 import time
@@ -26,8 +28,12 @@ from typing import Any
 import fsspec
 import pytest
 from shardgen import Shards, make_tar, write_shards
+from torch.utils.data.graph_settings import apply_sharding
 
 import wdspipes as wds
+from wdspipes.io import opener as opener_module
+from wdspipes.io.items import shard_url
+from wdspipes.io.opener import ShardOpener
 from wdspipes.io.readahead import Lookahead, ReadAhead, ReadStats, readahead_config
 from wdspipes.io.urls import SCHEMES
 
@@ -301,6 +307,85 @@ def test_states_resume_as_without_readahead(tmp_path: Path) -> None:
         again.load_state_dict(state)
         assert first + keys(again) == expected
         items.close()  # type: ignore[attr-defined]
+
+
+UNEVEN = [7, 9, 5, 11, 6, 8, 10, 4, 12, 3]
+"""Samples per shard of :func:`uneven_urls`: readers run out apart, and buffers span shards."""
+
+
+@pytest.fixture(scope="module")
+def uneven_urls(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """``pipe:cat`` URLs (read ahead by default) of shards of :data:`UNEVEN` samples."""
+    directory = tmp_path_factory.mktemp("uneven")
+    paths = []
+    for shard, size in enumerate(UNEVEN):
+        paths.append(str(directory / f"s-{shard}.tar"))
+        with wds.TarWriter(paths[-1]) as tar:
+            for index in range(size):
+                tar.write({"__key__": f"{shard}-{index:02d}", "cls": index})
+    return pipe_urls(paths)
+
+
+@pytest.fixture
+def shards_opened(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
+    """The shard URLs the openers open (read ahead or not: ``"opened"``) and hand out to their
+    readers (``"handed"``), as they do."""
+    events: dict[str, list[str]] = {"opened": [], "handed": []}
+    open_item, hand = ShardOpener._open_item, opener_module.opened
+
+    def opening(self: ShardOpener, item: Any) -> Any:
+        events["opened"].append(shard_url(item))  # on the read-ahead's threads too
+        return open_item(self, item)
+
+    def handing(item: Any, stream: Any) -> Any:
+        events["handed"].append(shard_url(item))
+        return hand(item, stream)
+
+    monkeypatch.setattr(ShardOpener, "_open_item", opening)
+    monkeypatch.setattr(opener_module, "opened", handing)
+    return events
+
+
+@pytest.mark.filterwarnings(r"ignore:\d+ shards for .*:RuntimeWarning")  # an uneven split
+@pytest.mark.parametrize(("old", "new"), [(1, 1), (3, 3), (3, 1), (2, 3), (4, 2)])
+def test_resumed_readers_read_ahead_only_the_shards_they_read(
+    uneven_urls: list[str], shards_opened: dict[str, list[str]], old: int, new: int
+) -> None:
+    """States of ``old`` readers, each stopped at a random point, restored into ``new``
+    readers (merged where the counts differ): every sample once; each reader's read-ahead opens
+    only the shards it hands out (none of those the state says were read), of its share of
+    the epoch's shards."""
+
+    def reader(readers: int, index: int) -> Any:
+        pipe = wds.WebDataset(uneven_urls, shardshuffle=True, seed=1)
+        pipe = pipe.buffer_shuffle(12, initial=5, seed=2).map_samples(lambda s: s["__key__"])
+        apply_sharding(pipe, readers, index)
+        return pipe
+
+    samples = wds.WebDataset(uneven_urls, shardshuffle=True, seed=1)  # the epoch's shards:
+    order = list(dict.fromkeys(sample["__url__"] for sample in samples))
+    rng = random.Random(f"{old} into {new}")
+    for _ in range(3):
+        delivered, states = [], []
+        for index in range(old):
+            pipe = reader(old, index)
+            items = iter(pipe)
+            delivered += itertools.islice(items, rng.randint(0, 40))
+            states.append(pickle.loads(pickle.dumps(pipe.state_dict())))
+            items.close()  # type: ignore[attr-defined]
+        rest = []
+        for index in range(new):
+            pipe = reader(new, index)
+            pipe.load_state_dict(states[index] if old == new else wds.merge_states(states))
+            shards_opened["opened"].clear()
+            shards_opened["handed"].clear()
+            rest += list(pipe)
+            opened, handed = shards_opened["opened"], shards_opened["handed"]
+            assert sorted(opened) == sorted(handed), f"reader {index} of {new}"
+            assert set(handed) <= set(order[index::new]), f"reader {index} of {new}"
+        assert sorted(delivered + rest) == sorted(
+            f"{shard}-{index:02d}" for shard, size in enumerate(UNEVEN) for index in range(size)
+        )
 
 
 def test_the_opener_pickles_mid_epoch(small_shards: Shards) -> None:

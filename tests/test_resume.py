@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shlex
 import signal
 import subprocess
 import sys
@@ -45,7 +46,7 @@ def epoch_shards(tmp_path_factory: pytest.TempPathFactory) -> Shards:
     return shards
 
 
-def webdataset(urls: str) -> IterDataPipe[Any]:
+def webdataset(urls: str | list[str]) -> IterDataPipe[Any]:
     return (
         wds.WebDataset(urls, shardshuffle=True, seed=3)
         .buffer_shuffle(1000, initial=100, seed=4)
@@ -423,7 +424,7 @@ def test_a_shard_broken_where_the_state_resumes_leaves_the_next_shard_whole(
     assert rest == [f"2-{index}" for index in range(5)]
 
 
-def batches(urls: str) -> IterDataPipe[Any]:
+def batches(urls: str | list[str]) -> IterDataPipe[Any]:
     return webdataset(urls).batched(16, collation_fn=None)
 
 
@@ -476,16 +477,21 @@ def once_each(epochs: Iterable[list[str]]) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.loaders
-@pytest.mark.parametrize("kind", ["stateful", "dataloader2"])
+@pytest.mark.parametrize(
+    ("kind", "shards"), [("stateful", "local"), ("dataloader2", "local"), ("stateful", "pipe:")]
+)
 def test_a_state_of_two_workers_loads_into_other_worker_counts(
-    epoch_shards: Shards, kind: str
+    epoch_shards: Shards, kind: str, shards: str
 ) -> None:
     """The rest of the epoch delivers every sample not yet delivered once; the next epoch is a
-    whole one. (Before, another worker count was refused.)"""
-    before, state = run(batches(epoch_shards.spec), 2, 1, stop=11, kind=kind)
+    whole one. (Before, another worker count was refused.) ``pipe:`` shards are read ahead."""
+    urls: str | list[str] = epoch_shards.spec
+    if shards == "pipe:":
+        urls = [f"pipe:cat {shlex.quote(path)}" for path in epoch_shards.paths]
+    before, state = run(batches(urls), 2, 1, stop=11, kind=kind)
     assert state is not None
     for workers in (0, 1, 3):
-        after, _ = run(batches(epoch_shards.spec), workers, 2, state=state, kind=kind)
+        after, _ = run(batches(urls), workers, 2, state=state, kind=kind)
         assert once_each([before[0], after[0]]), f"{kind}: 2 workers into {workers}"
         assert once_each([after[1]]), f"{kind}: the epoch after, {workers} workers"
 

@@ -6,7 +6,7 @@ import functools
 import logging
 import sys
 import zlib
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 from torch.utils.data import IterDataPipe
@@ -192,7 +192,8 @@ class ShardOpener(StageDataPipe[OpenedShard]):
             self._note_replay_items(items, target)
         ahead = None
         if self.readahead is not None:
-            ahead = Prefetcher(self.readahead, self._open_item, items, _url_or_none)
+            skipped = None if target is None else target.skipped_at(self.layout, self.began)
+            ahead = Prefetcher(self.readahead, self._open_item, items, _url_or_none, skipped)
         self.read_stats = None if ahead is None else ahead.stats
         try:
             yield from self._open_each(items, ahead, target, restored, expected)
@@ -434,11 +435,23 @@ class ResumeTarget:
             return True
         if index == self.start:
             self.ended(opener, restored)
-        began = opener.began
-        if began is None:
+        if opener.began is None:
             self.done = True
-            return False
-        return index in began and index not in self.reopen
+        return self.passes_by(index, opener.began)
+
+    def passes_by(self, index: int, began: ShardSet | None) -> bool:
+        """Whether the opener skips the shard at ``index`` of the epoch's list, given the
+        shards a merged state's readers ``began``."""
+        if self.start is not None and index < self.start:
+            return True
+        return began is not None and index in began and index not in self.reopen
+
+    def skipped_at(self, layout: tuple[int, int], began: ShardSet | None) -> Callable[[int], bool]:
+        """Whether the opener of the reader ``layout`` names skips the item it takes at
+        ``position`` (counted from 1, as :attr:`~wdspipes.io.readahead.Lookahead.index`): so
+        that the read-ahead opens only the shards the reader reads."""
+        readers, reader = layout
+        return lambda position: self.passes_by(reader + (position - 1) * readers, began)
 
     def ended(self, opener: ShardOpener, restored: _Restored | None) -> None:
         """The opener reached the shard to go on at, or the end of its shards: check that it

@@ -27,7 +27,9 @@ nor the transfer stalls the walk.
   fails to open raises when its turn comes, through the opener's handler, never earlier and
   never lost; a read error comes after the bytes before it; a dropped connection resumes at
   the exact byte (:mod:`wdspipes.io.http`); what a stage's state saves is where the delivered
-  samples are, never what was read ahead.
+  samples are, never what was read ahead; a restored reader reads ahead only the shards it
+  will read, never those it passes by because its state (or a merged one) says they were
+  read.
 - **Stopping**: closing a stream before its end, or ending the epoch early (a ``break``, an
   exception, ``islice``), aborts its background requests at once (an HTTP request waiting for
   its first byte included; an fsspec request is let finish), ends its ``pipe:`` commands, and
@@ -296,6 +298,9 @@ class Prefetcher:
             that names no shard, in the reader's, where it raises).
         items: the reader's items, as it takes them (:meth:`open` is for the item taken last).
         url_of: the URL of an item, or None for one that names no shard.
+        skipped: whether the reader passes by the item at a position (as
+            :attr:`Lookahead.index` counts) without opening it: a restored reader skips the
+            shards read before; those are never read ahead. None: it opens every item.
 
     Threads start as shards are scheduled; :meth:`close` stops and joins them.
     """
@@ -306,12 +311,14 @@ class Prefetcher:
         open_item: Callable[[Any], ByteStream],
         items: Lookahead[Any],
         url_of: Callable[[Any], str | None],
+        skipped: Callable[[int], bool] | None = None,
     ) -> None:
         self.config = config
         self.stats = ReadStats()
         self._open_item = open_item
         self._items = items
         self._url_of = url_of
+        self._skipped = skipped
         self._lock = threading.Lock()
         self._data = threading.Condition(self._lock)  # the reader waits on it
         self._work = threading.Condition(self._lock)  # the fetching threads wait on it
@@ -423,6 +430,8 @@ class Prefetcher:
                 if position + offset <= self._scheduled_to:
                     continue
                 self._scheduled_to = position + offset
+                if self._skipped is not None and self._skipped(position + offset):
+                    continue  # a restored reader passes it by
                 url = self._url_of(item)
                 if url is not None and self.config.wants(url):
                     self._schedule(position + offset, item, url)
