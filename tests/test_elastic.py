@@ -12,7 +12,7 @@ import random
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pytest
 from torch.utils.data import IterDataPipe
@@ -20,6 +20,8 @@ from torch.utils.data.graph_settings import apply_sharding
 
 import wdspipes as wds
 from wdspipes.errors import ResumeError
+from wdspipes.io.urls import SCHEMES
+from wdspipes.read.specs import expand_urls
 
 pytestmark = pytest.mark.filterwarnings(r"ignore:\d+ shards for .*:RuntimeWarning")
 """Readers are simulated with shards that do not split evenly among them: the split check's
@@ -252,3 +254,46 @@ def test_a_changed_shard_list_is_refused(shards: dict[str, str], tmp_path: Path)
     pipe.load_state_dict(merged)
     with pytest.raises(ResumeError, match="not the one the state was saved with"):
         list(pipe)
+
+
+@pytest.fixture
+def signed(monkeypatch: pytest.MonkeyPatch, shards: dict[str, str]) -> Callable[[str], list[str]]:
+    """The tar shards as URLs of the scheme ``signed:``, each with a query holding a signature
+    (a secret: errors and ``__url__`` show it as ``***``)."""
+
+    def open_signed(url: str) -> BinaryIO:
+        return Path(url[len("signed:") :].partition("?")[0]).open("rb")
+
+    monkeypatch.setitem(SCHEMES, "signed", open_signed)
+    paths = expand_urls(shards["tar"])
+    return lambda signature: [f"signed:{path}?sig={signature}" for path in paths]
+
+
+@pytest.mark.parametrize(("old", "new"), [(3, 2), (2, 2)])
+def test_urls_with_secrets_resume_signed_anew(
+    signed: Callable[[str], list[str]], old: int, new: int
+) -> None:
+    """States keep checksums of the shard URLs as readers see them, secrets hidden: a merged
+    state loads (before, the opener checked the whole URL against the reader's checksum of
+    the URL shown, and refused), and so does a state whose URLs the restarted job signed
+    anew; a shard list that changed is refused without showing a secret."""
+
+    def build(urls: list[str]) -> IterDataPipe[Any]:
+        pipe = wds.WebDataset(urls, shardshuffle=True, seed=1)
+        return pipe.buffer_shuffle(12, initial=5, seed=2).map_samples(key_of)
+
+    delivered, states = saved_job(lambda: build(signed("old-secret")), old, random.Random(5))
+    merged = wds.merge_states(states)
+    rest = []
+    for index in range(new):
+        pipe = reader(lambda: build(signed("new-secret")), new, index)
+        pipe.load_state_dict(states[index] if old == new else merged)
+        rest += list(pipe)
+    assert Counter(delivered + rest) == Counter(ALL)
+    changed = signed("new-secret")
+    changed[:2] = changed[1::-1]
+    pipe = reader(lambda: build(changed), new, 0)
+    pipe.load_state_dict(states[0] if old == new else merged)
+    with pytest.raises(ResumeError, match="saved with") as raised:
+        list(pipe)
+    assert "secret" not in str(raised.value)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-import zlib
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
@@ -31,7 +30,7 @@ from wdspipes.io.cache import (
     StorageOptions,
     opener_options,
 )
-from wdspipes.io.items import ShardItem, shard_url
+from wdspipes.io.items import ShardItem, shard_url, url_check
 from wdspipes.io.local import reading_path
 from wdspipes.io.pipe import Commands, commands_policy
 from wdspipes.io.readahead import Lookahead, Prefetcher, ReadAhead, ReadStats, readahead_config
@@ -223,7 +222,7 @@ class ShardOpener(StageDataPipe[OpenedShard]):
             except ShardItemError:
                 url = None  # reported where the shard would have been opened
             if url is not None:
-                self.digest = zlib.crc32(url.encode("utf-8", "surrogatepass"), self.digest)
+                self.digest = url_check(url, self.digest)
             if target is not None:
                 if target.skips(self, item, url, restored):
                     continue
@@ -426,10 +425,10 @@ class ResumeTarget:
         if index in self.wanted:
             opener.replay_items[index] = item
         check = self.checks.get(index)
-        if check is not None and zlib.crc32((url or "").encode("utf-8", "surrogatepass")) != check:
+        if check is not None and url_check(url or "") != check:
             raise ResumeError(
-                f"the shard at index {index} of the epoch's list is {url!r}, not the one the "
-                "state was saved with (a changed shard list, seed or split)"
+                f"the shard at index {index} of the epoch's list is {redact(url or '')!r}, not "
+                "the one the state was saved with (a changed shard list, seed or split)"
             )
         if self.start is not None and index < self.start:
             return True

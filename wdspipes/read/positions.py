@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import itertools
 import reprlib
-import zlib
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, TypeVar
 
 from wdspipes.core.datapipe import Sample, StageDataPipe
 from wdspipes.errors import Handler, ResumeError, ShardItemError, WdsError, handle
-from wdspipes.io.items import ShardItem, shard_fields, shard_url
+from wdspipes.io.items import ShardItem, shard_fields, shard_url, url_check
 from wdspipes.io.opener import ALL, OpenedShard, ShardOpener
 from wdspipes.io.urls import ByteStream, close_quietly, shard_failure
 from wdspipes.state.checkpoint import layout_of
@@ -188,7 +187,7 @@ def read_shards(
             continue
         cursor.enter(stream, fields)
         if checks is not None:
-            checks[cursor.number] = zlib.crc32(url.encode("utf-8", "surrogatepass"))
+            checks[cursor.number] = url_check(url)
             if len(checks) > CHECKED:
                 del checks[next(iter(checks))]
         offset = starts.get(cursor.number, 0) if starts else 0
