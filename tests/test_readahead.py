@@ -34,7 +34,7 @@ import wdspipes as wds
 from wdspipes.io import opener as opener_module
 from wdspipes.io.items import shard_url
 from wdspipes.io.opener import ShardOpener
-from wdspipes.io.readahead import Lookahead, ReadAhead, ReadStats, readahead_config
+from wdspipes.io.readahead import Lookahead, Prefetcher, ReadAhead, ReadStats, readahead_config
 from wdspipes.io.urls import SCHEMES
 
 Sample = dict[str, Any]
@@ -266,6 +266,56 @@ def test_store_objects_are_read_in_parallel_ranges(
         assert sorted(requests) == parts  # the first part comes through the file itself
     finally:
         memory.rm("/readahead", recursive=True)
+
+
+def test_a_range_that_fails_to_open_leaves_the_first_part_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A later part's range request fails (the object changed on the server) while the first
+    part is still being received from the shard's own stream: the reader gets the first part's
+    bytes, then the range's error; the stream the first part reads is not closed under it."""
+    data = make_tar((f"{i:03d}.bin", bytes([i]) * 30_000) for i in range(20))  # 620 kB
+    range_failed = threading.Event()
+    finish = Prefetcher._finish
+
+    def finishing(self: Prefetcher, part: Any, error: BaseException | None) -> None:
+        finish(self, part, error)
+        if part.ranged:
+            range_failed.set()
+
+    class Changing:
+        """An object store's stream whose ranges find another version of the object."""
+
+        def __init__(self, url: str) -> None:
+            self.url, self.offset, self.closed = url, 0, False
+
+        def split_size(self) -> int:
+            return len(data)
+
+        def open_range(self, start: int, end: int) -> Any:
+            raise wds.ShardError("shard changed on the server", url=self.url, offset=start)
+
+        def read1(self, size: int) -> bytes:
+            range_failed.wait()  # the first part is received after the ranges failed
+            if self.closed:
+                raise ValueError(f"read of a closed stream: {self.url}")
+            chunk = data[self.offset : self.offset + size]
+            self.offset += len(chunk)
+            return chunk
+
+        read = read1
+
+        def close(self) -> None:
+            self.closed = True
+
+    monkeypatch.setattr(Prefetcher, "_finish", finishing)
+    monkeypatch.setitem(SCHEMES, "changing", Changing)
+    config = ReadAhead(part_size=100_000, ranged_above=200_000)
+    got = []
+    with pytest.raises(wds.ShardError, match="shard changed on the server"):
+        for sample in wds.WebDataset("changing:big.tar", readahead=config):
+            got.append(sample["__key__"])
+    assert got == ["000", "001"]  # those the walk ends within the first part
 
 
 def test_a_cache_keeps_no_shard_read_ahead_but_not_read(

@@ -628,9 +628,12 @@ class Prefetcher:
         try:
             with cancellable(shard.cancel):
                 assert shard.stream is not None
-                source = shard.stream
+                # a range of its own, or the shard's stream (assigned once it is opened: a
+                # range that fails to open must not close the stream another part reads)
                 if part.ranged:
                     source = shard.stream.open_range(part.start, part.end)  # type: ignore[attr-defined]
+                else:
+                    source = shard.stream
                 self._pump(part, source)
         except BaseException as exn:
             error = exn
