@@ -138,12 +138,11 @@ def test_shuffle_takes_webdatasets_rng() -> None:
 # --- the graph walked without pickling ------------------------------------------------------
 
 
-def test_a_local_stage_class_before_a_shuffle_buffer_iterates(urls: str, tmp_path: Path) -> None:
-    """Before, the buffer's seeds looked for the sharding filter by pickling the graph each
-    epoch: a class defined in a function failed with "Can't pickle local object", in one
-    process, without any loader."""
+def local_stage() -> type[StageDataPipe[Any]]:
+    """A stage class defined in a function, which cannot pickle: each item as it comes, and
+    the source's length."""
 
-    class Tagged(StageDataPipe[Any]):
+    class Passing(StageDataPipe[Any]):
         one_to_one = True
 
         def __init__(self, source_datapipe: IterDataPipe[Any]) -> None:
@@ -151,11 +150,21 @@ def test_a_local_stage_class_before_a_shuffle_buffer_iterates(urls: str, tmp_pat
             self.source_datapipe = source_datapipe
 
         def __iter__(self) -> Iterator[Any]:
-            for sample in self.source_datapipe:
-                yield {**sample, "tag": 1}
+            yield from self.source_datapipe
 
+        def __len__(self) -> int:
+            return len(self.source_datapipe)  # type: ignore[arg-type]
+
+    return Passing
+
+
+def test_a_local_stage_class_before_a_shuffle_buffer_iterates(urls: str, tmp_path: Path) -> None:
+    """Before, the buffer's seeds looked for the sharding filter by pickling the graph each
+    epoch: a class defined in a function failed with "Can't pickle local object", in one
+    process, without any loader."""
     with open(tmp_path / "note.txt", "w") as note:
-        pipe = Tagged(wds.WebDataset(urls, shardshuffle=True)).map_samples(lambda s: s)
+        stage = local_stage()
+        pipe = stage(wds.WebDataset(urls, shardshuffle=True)).map_samples(lambda s: s)
         pipe.note = note  # an open file in a stage
         shuffled = pipe.buffer_shuffle(10, seed=1)
         first = keys(shuffled)
@@ -170,22 +179,8 @@ def test_the_unsplit_shards_check_walks_a_graph_with_a_local_stage_class(
     """The opener's check that every reader reads every shard (no sharding filter, several
     readers) looked for stages that declare their shards per worker by pickling the graph: a
     class defined in a function failed with "Can't pickle local object"."""
-
-    class Urls(StageDataPipe[str]):
-        restartable = True
-
-        def __init__(self, source_datapipe: IterDataPipe[str]) -> None:
-            super().__init__()
-            self.source_datapipe = source_datapipe
-
-        def __iter__(self) -> Iterator[str]:
-            yield from self.source_datapipe
-
-        def __len__(self) -> int:
-            return len(self.source_datapipe)  # type: ignore[arg-type]
-
     monkeypatch.setattr(distributed, "_loader_readers", lambda: 2)  # as a loader's worker 0
     monkeypatch.setattr(distributed, "_is_first_reader", lambda: True)
-    pipe = Urls(wds.ShardList(urls)).open_shards().load_tar().group_samples()
+    pipe = local_stage()(wds.ShardList(urls)).open_shards().load_tar().group_samples()
     with pytest.warns(RuntimeWarning, match="has no sharding_filter upstream"):
         assert len(keys(pipe)) == 48
