@@ -177,10 +177,11 @@ class ShardClaimer(StageDataPipe[dict[str, str]]):
                         os.rename(claimed, match.group(1))
 
     def get_state(self) -> None:
-        """Never: the stage is neither :attr:`restartable` nor a reader.
+        """Refused: the stage is neither :attr:`restartable` nor a reader, since the shards
+        it reads are consumed as it goes.
 
         Raises:
-            ResumeError: always; the shards it reads are consumed as it goes.
+            ResumeError: always, naming the stage.
         """
         raise ResumeError(
             f"{stage_name(self)} (DirectoryShardList) cannot save its place: the shards "
