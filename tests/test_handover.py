@@ -200,3 +200,42 @@ def test_pipeline_under_dataloader2(npy_shards: list[str]) -> None:
         check_pipeline_batches(iter(data))  # the same workers, their slots reused
     finally:
         data.shutdown()
+
+
+LARGE = 64 << 10  # bytes: over handover.SMALL_BYTES, which torch shares
+
+
+class Labelled(IterableDataset[Any]):
+    """Batches of ``rows`` labels through wdspipes' batching stage, with a view of them whose
+    storage begins before it, an empty column and one of LARGE bytes."""
+
+    def __init__(self, batches: int, rows: int) -> None:
+        self.batches, self.rows = batches, rows
+
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        worker = 0 if info is None else info.id
+        numbers = range(worker * 1000, worker * 1000 + self.batches * self.rows)
+        for labels in wds.DataPipeline(numbers, wds.batched(self.rows)):
+            yield labels, labels[1:], torch.empty(0), torch.zeros(LARGE, dtype=torch.uint8)
+
+
+@pytest.mark.loaders
+def test_small_batch_columns_cross_by_value_and_large_ones_shared() -> None:
+    seen = set()
+    for labels, tail, empty, large in loader(Labelled(batches=5, rows=64)):
+        first = int(labels[0])
+        assert labels.tolist() == list(range(first, first + 64))
+        assert tail.tolist() == labels.tolist()[1:] and tail.storage_offset() == 1
+        # by value: no shared segment (torch's own path shares every storage it sends)
+        assert not labels.is_shared() and not tail.is_shared()
+        assert empty.numel() == 0
+        assert large.is_shared()  # at SMALL_BYTES, torch's way
+        seen.add(first)
+    assert len(seen) == 10
+    assert handover.SMALL_BYTES < LARGE
+
+
+def test_small_storages_keep_torchs_pickling_outside_workers() -> None:
+    handover.send_small_by_value()
+    assert handover._small_by_value_in is None

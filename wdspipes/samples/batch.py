@@ -33,7 +33,7 @@ from torch.utils.data import IterDataPipe
 from wdspipes.core.curried import Stage, stage_factory
 from wdspipes.core.datapipe import StageDataPipe, functional_stage
 from wdspipes.errors import CollationError, ResumeError, sample_location
-from wdspipes.samples.handover import batch_array
+from wdspipes.samples.handover import batch_array, send_small_by_value
 
 __all__ = ["Batcher", "SampleList", "Unbatcher", "batched", "collate", "unbatch", "unbatched"]
 
@@ -198,6 +198,7 @@ class Batcher(StageDataPipe[Any]):
         self.partial = partial
 
     def __iter__(self) -> Iterator[Any]:
+        send_small_by_value()  # a worker's batches of labels: not a shared segment each
         batch: list[Any] = []
         for sample in self.source_datapipe:
             batch.append(sample)

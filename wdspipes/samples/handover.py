@@ -18,10 +18,17 @@ made as before, in fresh memory.
 Only processes started by ``multiprocessing`` use slots (loader workers are); the training
 process's own batches (``num_workers=0``) are made as before. Linux only (``memfd_create``);
 elsewhere everything works as before.
+
+Small tensors go the other way: torch shares every tensor it sends through a new
+shared-memory segment whose descriptor the receiver fetches over a new authenticated socket
+connection, some hundreds of microseconds for a batch's 64 labels, more than the worker spends
+reading the batch's samples. A worker that batches (:func:`send_small_by_value`) sends a
+storage of at most :data:`SMALL_BYTES` in the pickle itself, copied, as numpy arrays go.
 """
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import multiprocessing
 import os
@@ -39,7 +46,7 @@ import torch
 from wdspipes.core.processes import alive
 from wdspipes.core.worker_queues import on_workers_gone
 
-__all__ = ["MIN_BYTES", "batch_array", "forget_dead_workers"]
+__all__ = ["MIN_BYTES", "SMALL_BYTES", "batch_array", "forget_dead_workers", "send_small_by_value"]
 
 MIN_BYTES = 1 << 20
 """Columns smaller than this (labels, keys) are made as before: the slot would save nothing."""
@@ -50,6 +57,11 @@ training process) holds one; beyond that, batches are made in fresh memory."""
 
 MAX_POOL_BYTES = 4 << 30
 """Bytes of slots a worker keeps at most."""
+
+SMALL_BYTES = 32 << 10
+"""Storages of at most this many bytes that a batching worker sends travel by value, in the
+pickle: up to here a copy costs less than sharing (benchmarks/tensor_handover.py); beyond, the
+copy outgrows the pipe's buffer."""
 
 _HEADER = mmap.PAGESIZE  # the state page before a slot's data; keeps the data page-aligned
 _STATE = struct.Struct("<BxxxIQ")  # busy flag, owner pid, generation (which filling of the slot)
@@ -134,7 +146,7 @@ def batch_array(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray | No
     global _pool
     if _pool is None or _pool.pid != os.getpid():
         _pool = _Pool()
-        _send_slots_by_descriptor()
+        _take_over_storage_pickling()
     data = _pool.take(nbytes)
     return None if data is None else data.view(dtype).reshape(shape)
 
@@ -150,11 +162,30 @@ def _address(memory: mmap.mmap, offset: int) -> int:
 # -- pickling: a slot travels as its descriptor ------------------------------------------------
 
 _torch_reduce_storage: Any = None
+_small_by_value_in: int | None = None  # the process that sends small storages by value
 
 
-def _send_slots_by_descriptor() -> None:
+def send_small_by_value() -> None:
+    """In a process started by ``multiprocessing`` (a loader worker), send CPU storages of at
+    most :data:`SMALL_BYTES` by value from now on when pickling for another process; elsewhere
+    nothing changes. The batching stage calls it as each epoch begins.
+
+    >>> send_small_by_value()  # not a worker here: pickling stays torch's
+    >>> _small_by_value_in is None
+    True
+    """
+    global _small_by_value_in
+    pid = os.getpid()
+    if _small_by_value_in == pid or multiprocessing.parent_process() is None:
+        return
+    _take_over_storage_pickling()
+    _small_by_value_in = pid
+
+
+def _take_over_storage_pickling() -> None:
     """Make pickling for another process (``ForkingPickler``, what multiprocessing queues use)
-    send a slot's storage as the slot's descriptor; every other storage goes torch's way."""
+    send a slot's storage as the slot's descriptor, and a small storage by value where
+    :func:`send_small_by_value` asked; every other storage goes torch's way."""
     global _torch_reduce_storage
     if _torch_reduce_storage is None:
         import torch.multiprocessing  # registers torch's reducers
@@ -164,11 +195,22 @@ def _send_slots_by_descriptor() -> None:
 
 
 def _reduce_storage(storage: torch.UntypedStorage) -> Any:
-    slot = _pool.by_address.get(storage.data_ptr()) if _pool is not None else None
-    if slot is None or storage.device.type != "cpu" or not slot.held:
+    if storage.device.type != "cpu":
         return _torch_reduce_storage(storage)
-    slot.sent = True
-    return _rebuild_storage, (DupFd(slot.fd), slot.generation, storage.nbytes())
+    slot = _pool.by_address.get(storage.data_ptr()) if _pool is not None else None
+    if slot is not None and slot.held:
+        slot.sent = True
+        return _rebuild_storage, (DupFd(slot.fd), slot.generation, storage.nbytes())
+    nbytes = storage.nbytes()
+    if nbytes <= SMALL_BYTES and _small_by_value_in == os.getpid() and not storage.is_shared():
+        return _rebuild_small, (ctypes.string_at(storage.data_ptr(), nbytes),)
+    return _torch_reduce_storage(storage)
+
+
+def _rebuild_small(data: bytes) -> torch.UntypedStorage:
+    if not data:
+        return torch.empty(0, dtype=torch.uint8).untyped_storage()
+    return torch.UntypedStorage.from_buffer(data, byte_order="native", dtype=torch.uint8)
 
 
 # -- the receiving process ---------------------------------------------------------------------
