@@ -11,9 +11,10 @@ import wdspipes
 PACKAGE = Path(wdspipes.__file__).parent
 
 
-def imports_of(path: Path) -> set[str]:
-    """The wdspipes modules a module imports, at its top or inside functions (not those for
-    type checkers only)."""
+def imports_of(path: Path, *, in_functions: bool = True, typing: bool = False) -> set[str]:
+    """The wdspipes modules a module imports: at its top, and inside functions unless
+    ``in_functions`` is False (those that run when the module is imported, then); those for
+    type checkers only if ``typing``."""
     tree = ast.parse(path.read_text())
     typing_only = {
         id(inner)
@@ -22,9 +23,16 @@ def imports_of(path: Path) -> set[str]:
         and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
         for inner in ast.walk(node)
     }
+    in_function = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for inner in ast.walk(node)
+    }
+    left_out = (set() if typing else typing_only) | (set() if in_functions else in_function)
     found = set()
     for node in ast.walk(tree):
-        if id(node) in typing_only:
+        if id(node) in left_out:
             continue
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("wdspipes"):
             modules = [f"{node.module}.{alias.name}" for alias in node.names]

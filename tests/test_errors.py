@@ -3,9 +3,12 @@ policies behave as FORMAT.md section 5 says (without webdataset's sleep)."""
 
 from __future__ import annotations
 
+import ast
 import gc
+import importlib
 import io
 import pickle
+import re
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -14,23 +17,36 @@ from typing import Any
 
 import numpy as np
 import pytest
+from package_graph import package_modules
 from shardgen import make_tar
 from torch.utils.data._utils import ExceptionWrapper
 
 import wdspipes as wds
 from wdspipes.errors import handle
 
+
+def exported_exception_classes() -> list[type[BaseException]]:
+    """The exception classes (warnings' categories among them) that ``wdspipes.api`` and
+    ``wdspipes.errors`` export."""
+    exported = {
+        getattr(module, name) for module in (wds.api, wds.errors) for name in module.__all__
+    }
+    found = [c for c in exported if isinstance(c, type) and issubclass(c, BaseException)]
+    return sorted(found, key=lambda c: c.__name__)
+
+
 ERROR_CLASSES = [
-    wds.WdsError,
-    wds.ShardError,
-    wds.ShardOpenError,
-    wds.CommandError,
-    wds.ShardWriteError,
-    wds.TarFormatError,
-    wds.TruncatedShardError,
-    wds.SampleError,
-    wds.DuplicateFieldError,
+    c
+    for c in exported_exception_classes()
+    if not issubclass(c, Warning) and c is not wds.HttpStatusError  # built from a status
 ]
+"""The error classes that are built from a message and the location keywords."""
+
+INTERNAL_ERRORS = {
+    "CorruptDataError": "read/compression.py's signal to the tar walk, which raises a located "
+    "TarFormatError in its place"
+}
+"""Exception classes defined outside errors.py, none of which reaches a user, and why."""
 
 
 def test_message_names_the_location() -> None:
@@ -77,6 +93,62 @@ def test_hierarchy() -> None:
     assert all(issubclass(c, wds.ShardError) and issubclass(c, OSError) for c in shard_errors)
     assert issubclass(wds.DuplicateFieldError, wds.SampleError)
     assert all(issubclass(c, wds.WdsError) for c in ERROR_CLASSES)
+
+
+def test_every_exported_error_is_defined_in_errors_under_wds_error() -> None:
+    exported = exported_exception_classes()
+    assert {c.__module__ for c in exported} == {"wdspipes.errors"}, exported
+    errors = [c for c in exported if not issubclass(c, Warning)]
+    assert len(errors) > 20 and wds.ResumeError in errors and wds.ImageFormatError in errors
+    assert [c.__name__ for c in errors if not issubclass(c, wds.WdsError)] == []
+    warning_classes = [c for c in exported if issubclass(c, Warning)]
+    assert all(issubclass(c, UserWarning) for c in warning_classes)  # categories, not errors
+
+
+PUBLIC_ERROR_NAME = r"[^_].*(Error|Exception|Warning)"
+
+
+def test_no_error_class_is_defined_elsewhere() -> None:
+    """Found in the source: every class of the package, outside errors.py, named as an error
+    or a warning and not private, is one of the INTERNAL_ERRORS."""
+    elsewhere = {}
+    for module, path in package_modules().items():
+        if module == "wdspipes.errors":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and re.fullmatch(PUBLIC_ERROR_NAME, node.name):
+                elsewhere[node.name] = module
+    assert set(elsewhere) == set(INTERNAL_ERRORS), elsewhere
+
+
+@pytest.mark.parametrize(
+    ("name", "module", "builtin"),
+    [
+        ("ResumeError", "wdspipes.errors", ValueError),
+        ("ShardSplitError", "wdspipes.core.distributed", ValueError),
+        ("UntrustedDataError", "wdspipes.samples.decoders.basic", ValueError),
+        ("DataLimitError", "wdspipes.samples.decoders.basic", ValueError),
+        ("ImageFormatError", "wdspipes.samples.decoders.images", ValueError),
+        ("ImageTooLargeError", "wdspipes.samples.decoders.images", ValueError),
+        ("HttpStatusError", "wdspipes.io.http", Exception),
+    ],
+)
+def test_errors_moved_into_errors_keep_their_bases_and_old_paths(
+    name: str, module: str, builtin: type[Exception]
+) -> None:
+    cls = getattr(wds.errors, name)
+    assert issubclass(cls, wds.WdsError) and issubclass(cls, builtin)
+    assert getattr(importlib.import_module(module), name) is cls  # imports of the old path
+
+
+def test_http_status_error_pickles_with_its_status() -> None:
+    error = wds.HttpStatusError(404, url="https://user:secret@host/a.tar")
+    assert str(error) == "https://user:***@host/a.tar: HTTP 404 Not Found", str(error)
+    clone = pickle.loads(pickle.dumps(error))
+    assert type(clone) is wds.HttpStatusError and str(clone) == str(error)
+    assert (clone.status, clone.reason, clone.url) == (404, "Not Found", error.url)
+    assert str(wds.HttpStatusError(599)) == "HTTP 599"  # a status of no standard
+    assert str(wds.HttpStatusError(503, "Slow Down")) == "HTTP 503 Slow Down"
 
 
 ERROR = wds.TruncatedShardError("cut", url="s.tar")

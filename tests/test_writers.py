@@ -976,3 +976,36 @@ def test_killed_tar_writer_leaves_nothing_under_its_name(tmp_path: Path) -> None
     (partial,) = os.listdir(tmp_path)
     assert re.fullmatch(r"\.k\.tar\.partial-[a-z0-9]{8}", partial)
     assert (tmp_path / partial).stat().st_size >= 25 * 20_000
+
+
+# A .ten field written, and read back by the basic decoder, in a new process: numpy arrays
+# need no torch, and the process says whether it was loaded.
+TENBIN_WITHOUT_TORCH = """
+import io, sys
+import numpy as np
+from wdspipes.samples.decoders.basic import BasicDecoder
+from wdspipes.write import TarWriter
+
+arrays = [np.arange(6, dtype="int16").reshape(2, 3)]
+if sys.argv[1] == "write":
+    with TarWriter(io.BytesIO()) as writer:
+        writer.write({"__key__": "a", "x.ten": arrays})
+else:
+    from wdspipes.samples.decoders.tenbin import encode_buffer
+    (read,) = BasicDecoder()("x.ten", encode_buffer(arrays))
+    assert read.tolist() == arrays[0].tolist()
+print("torch loaded" if "torch" in sys.modules else "no torch")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="until the core of issue 28a lands: importing wdspipes.samples loads torch",
+)
+@pytest.mark.parametrize("step", ["write", "decode"])
+def test_a_tenbin_field_is_written_and_decoded_without_torch(step: str) -> None:
+    command = [sys.executable, "-c", TENBIN_WITHOUT_TORCH, step]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.split() == ["no", "torch"], done.stdout

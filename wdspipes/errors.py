@@ -1,5 +1,7 @@
 """Errors that say where the data is bad, and the handler policies every stage routes them through.
 
+Every error class of wdspipes is here, under :class:`WdsError`; the warnings' categories too.
+
 Each error names the shard URL and, where known, the tar member, the sample key and the byte
 offset; the underlying exception is chained as ``__cause__``. A *handler* decides what a stage
 does with an error: return True to skip the bad item and go on, False to end the stage's
@@ -31,6 +33,7 @@ import builtins
 import copyreg
 import warnings
 from collections.abc import Callable
+from http import HTTPStatus
 from typing import Any, TypeVar
 
 from wdspipes.redaction import redact
@@ -39,11 +42,15 @@ __all__ = [
     "CollationError",
     "CommandError",
     "DataAfterEndError",
+    "DataLimitError",
     "DataWarning",
     "DecodeError",
     "DuplicateFieldError",
     "EncodeError",
     "Handler",
+    "HttpStatusError",
+    "ImageFormatError",
+    "ImageTooLargeError",
     "IndexMismatchError",
     "MemberTooLargeError",
     "MissingFieldError",
@@ -54,11 +61,13 @@ __all__ = [
     "ShardIndexError",
     "ShardItemError",
     "ShardOpenError",
+    "ShardSplitError",
     "ShardWriteError",
     "StreamFormatError",
     "TarFormatError",
     "TorchNameWarning",
     "TruncatedShardError",
+    "UntrustedDataError",
     "WdsError",
     "WorkerError",
     "handle",
@@ -77,7 +86,9 @@ E = TypeVar("E", bound="WdsError")
 
 
 class WdsError(Exception):
-    """A problem with the data, located by URL, member, key, field and byte offset where known.
+    """A problem with the data, located by URL, member, key, field and byte offset where known;
+    the base of every error wdspipes raises of its own (also of those about how data is read:
+    a state that cannot be loaded, shards that cannot be split among ranks).
 
     The message passed in describes the problem; the location is prefixed to it. An instance
     can be rebuilt from its message alone, as pickling and worker processes require. Secrets
@@ -189,6 +200,39 @@ class ShardWriteError(ShardError, OSError):
     full disk, a refused upload). An ``OSError``, as what webdataset's writers let through."""
 
 
+class HttpStatusError(WdsError):
+    """An HTTP(S) answer with a failure status (``status``, ``reason``): chained as the
+    ``__cause__`` of the error that says which shard could not be read or written.
+
+    >>> error = HttpStatusError(503)
+    >>> str(error), error.status, error.reason
+    ('HTTP 503 Service Unavailable', 503, 'Service Unavailable')
+    """
+
+    def __init__(self, status: int, reason: str | None = None, *, url: str | None = None) -> None:
+        self.status = status
+        self.reason = reason or _phrase(status)
+        super().__init__(f"HTTP {status} {self.reason}".rstrip(), url=url)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its message and fields as they are: ``__init__`` takes a status.
+        return _rebuilt, (type(self), self.args), self.__dict__
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:  # a status of no standard
+        return ""
+
+
+def _rebuilt(cls: type[BaseException], args: tuple[Any, ...]) -> BaseException:
+    """An instance of ``cls`` with ``args``, not made by its ``__init__``."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    return error
+
+
 class TarFormatError(ShardError):
     """A shard's bytes are not a valid tar archive (bad checksum, unsupported member, ...)."""
 
@@ -221,8 +265,14 @@ class IndexMismatchError(ShardIndexError):
     numbers; the message names both values."""
 
 
-class ResumeError(ValueError):
-    """A pipeline's state cannot be saved or loaded: the message names the stage and why."""
+class ResumeError(WdsError, ValueError):
+    """A pipeline's state cannot be saved or loaded: the message names the stage and why. A
+    ``ValueError``, as a state that does not fit is a bad argument."""
+
+
+class ShardSplitError(WdsError, ValueError):
+    """The shards cannot be split so that every rank reads some: the message names the counts.
+    A ``ValueError``, as a shard list too short for the ranks is a bad argument."""
 
 
 class WorkerError(WdsError, RuntimeError):
@@ -261,6 +311,29 @@ class EncodeError(SampleError, ValueError):
     """A sample cannot be written: no key, a key that would read back differently, or a value
     with no encoder for its field's extension; the encoder's own error is the ``__cause__``.
     A ``ValueError``, as webdataset's writer raised in those cases."""
+
+
+class UntrustedDataError(WdsError, ValueError):
+    """A field holds data that would run code when decoded (a pickle, ``torch.load``), and the
+    decoder was not trusted. Raised by the field's decoder; a ``decode`` stage chains it as
+    the ``__cause__`` of its :class:`DecodeError`."""
+
+
+class DataLimitError(WdsError, ValueError):
+    """A field would decompress to more bytes than the decoder's ``max_size`` allows (a
+    decompression bomb, or a limit to raise). Raised by the field's decoder; a ``decode``
+    stage chains it as the ``__cause__`` of its :class:`DecodeError`."""
+
+
+class ImageFormatError(WdsError, ValueError):
+    """An image field holds data of a format its extension does not name (or no image).
+    Raised by the image decoder; a ``decode`` stage chains it as the ``__cause__`` of its
+    :class:`DecodeError`."""
+
+
+class ImageTooLargeError(WdsError, ValueError):
+    """An image has more pixels than the decoder's ``max_pixels``. Raised by the image
+    decoder; a ``decode`` stage chains it as the ``__cause__`` of its :class:`DecodeError`."""
 
 
 class _Combined(type):

@@ -47,6 +47,7 @@ from torch.utils.data.datapipes.iter.sharding import (
     ShardingFilterIterDataPipe,
 )
 
+from wdspipes.errors import ShardSplitError
 from wdspipes.state.graph import sharding_filter_of, upstream_of
 
 __all__ = [
@@ -62,10 +63,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-class ShardSplitError(ValueError):
-    """The shards cannot be split so that every rank reads some."""
 
 
 @dataclass(frozen=True)

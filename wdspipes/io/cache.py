@@ -55,14 +55,11 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 from wdspipes.io.atomic import create_new
-from wdspipes.io.local import BUFFER_SIZE, ClosingStream, reading_path
+from wdspipes.io.local import BUFFER_SIZE, ByteStream, ClosingStream, reading_path
 from wdspipes.redaction import RedactedOptions, redact
-
-if TYPE_CHECKING:
-    from wdspipes.io.urls import ByteStream
 
 __all__ = [
     "DEFAULT_CACHE_SIZE",
@@ -71,6 +68,7 @@ __all__ = [
     "Located",
     "ShardCache",
     "StorageOptions",
+    "discard_entry",
     "entry_name",
     "opener_options",
     "sidecar_of",
@@ -387,6 +385,15 @@ class CacheWriter(ClosingStream):
                 self.close()
             except Exception:  # a finaliser must not raise; the stream was abandoned anyway
                 log.debug("closing abandoned %r failed", self.shown, exc_info=True)
+
+
+def discard_entry(stream: object) -> None:
+    """Tell the shard cache not to keep the shard ``stream`` reads (its reader found it bad),
+    if ``stream`` is written to the cache: a :class:`CacheWriter`, or a stream that forwards
+    ``discard()`` to one (read ahead of it). Nothing for any other stream."""
+    discard = getattr(stream, "discard", None)
+    if discard is not None:
+        discard()
 
 
 def _aux(path: str, kind: str) -> str:

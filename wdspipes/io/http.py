@@ -72,7 +72,7 @@ from urllib3.exceptions import (
     SSLError,
 )
 
-from wdspipes.errors import ShardError, ShardOpenError
+from wdspipes.errors import HttpStatusError, ShardError, ShardOpenError
 from wdspipes.io.cancel import on_cancel
 from wdspipes.io.chunks import read_across
 from wdspipes.io.local import ClosingStream
@@ -135,18 +135,6 @@ _URLLIB3_RETRY = urllib3.Retry(
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)", re.IGNORECASE)
 _TIMEOUTS = (urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ConnectTimeoutError)
 _READ_ERRORS = (HTTPError, OSError, http.client.HTTPException)
-
-
-class HttpStatusError(Exception):
-    """An HTTP response with a failure status: chained as the ``__cause__`` of the error."""
-
-    def __init__(self, status: int, reason: str | None) -> None:
-        super().__init__(status, reason)
-        self.status = status
-        self.reason = reason or http.client.responses.get(status, "")
-
-    def __str__(self) -> str:
-        return f"HTTP {self.status} {self.reason}".rstrip()
 
 
 class _RetryableError(Exception):

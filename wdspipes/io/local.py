@@ -1,4 +1,5 @@
-"""Local shards: plain paths, ``file:`` URLs, and ``-`` for standard input."""
+"""Local shards: plain paths, ``file:`` URLs, and ``-`` for standard input; and what every
+opened shard is, whatever its URL (:class:`ByteStream`, :class:`ClosingStream`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 import re
 import sys
 from types import TracebackType
-from typing import BinaryIO, TypeVar
+from typing import BinaryIO, Protocol, TypeVar
 from urllib.parse import urlparse
 from urllib.request import url2pathname
 
@@ -15,6 +16,7 @@ from wdspipes.errors import ShardOpenError
 
 __all__ = [
     "BUFFER_SIZE",
+    "ByteStream",
     "ClosingStream",
     "local_path",
     "open_file",
@@ -36,6 +38,17 @@ faster than 64 KiB and 25% faster than 1 MiB, and 1 KB members within 4% of the 
 
 
 _Stream = TypeVar("_Stream", bound="ClosingStream")
+
+
+class ByteStream(Protocol):
+    """What an opened shard offers: ``read(n)`` returning bytes, and ``close()``.
+
+    ``close()`` may raise when the source failed (a ``pipe:`` command's exit status).
+    """
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def close(self) -> None: ...
 
 
 class ClosingStream:

@@ -63,6 +63,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, NoReturn, TypeVar
 
+from wdspipes.io.cache import discard_entry
 from wdspipes.io.cancel import Cancel, cancellable
 from wdspipes.io.chunks import read_across
 from wdspipes.io.local import ClosingStream, reading_path
@@ -391,7 +392,7 @@ class Prefetcher:
             for part in shard.parts:
                 part.error = None
             if shard.stream is not None:
-                _discard(shard.stream)
+                discard_entry(shard.stream)  # not read to its end
                 close_quietly(shard.stream)
         if self.stats.shards:
             self._finish_stats()
@@ -419,7 +420,7 @@ class Prefetcher:
         with self._lock:
             self._wait_idle(shard)
         if shard.stream is not None:
-            _discard(shard.stream)
+            discard_entry(shard.stream)  # not read to its end
             close_quietly(shard.stream)
 
     def _schedule_ahead(self, position: int) -> None:
@@ -505,7 +506,7 @@ class Prefetcher:
         if source is None:
             return
         if not stream.at_end:
-            _discard(source)
+            discard_entry(source)  # not read to its end
         source.close()
 
     # --- the background side -------------------------------------------------------------
@@ -802,9 +803,7 @@ class PrefetchedStream(ClosingStream):
 
     def discard(self) -> None:
         """The reader found the shard bad: a shard cache must not keep it."""
-        discard = getattr(self.shard.stream, "discard", None)
-        if discard is not None:
-            discard()
+        discard_entry(self.shard.stream)
 
     def close(self) -> None:
         """Stop fetching the shard and close its stream; after the end, raise what the source
@@ -814,13 +813,6 @@ class PrefetchedStream(ClosingStream):
         self.closed = True
         self._chunk = b""
         self._prefetcher.release(self)
-
-
-def _discard(stream: ByteStream) -> None:
-    """Tell a shard cache not to keep a shard that was not read to its end."""
-    discard = getattr(stream, "discard", None)
-    if discard is not None:
-        discard()
 
 
 def _local_file(stream: ByteStream) -> int | None:

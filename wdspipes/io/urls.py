@@ -10,11 +10,12 @@ import io
 import logging
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, NamedTuple, Protocol, overload
+from typing import Any, Literal, NamedTuple, overload
 
 from wdspipes.errors import ShardError, ShardOpenError, WdsError
+from wdspipes.io.cache import discard_entry
 from wdspipes.io.http import open_ais, open_http
-from wdspipes.io.local import open_file, open_stdin, reading_path, url_scheme
+from wdspipes.io.local import ByteStream, open_file, open_stdin, reading_path, url_scheme
 from wdspipes.io.pipe import Commands, check_command, open_pipe
 from wdspipes.io.sinks import ByteSink, open_sink
 from wdspipes.io.stores import STORE_EXTRAS, fsspec_protocols, open_fsspec
@@ -32,17 +33,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-class ByteStream(Protocol):
-    """What an opened shard offers: ``read(n)`` returning bytes, and ``close()``.
-
-    ``close()`` may raise when the source failed (a ``pipe:`` command's exit status).
-    """
-
-    def read(self, size: int = -1, /) -> bytes: ...
-
-    def close(self) -> None: ...
 
 
 class RawShard(io.RawIOBase):
@@ -228,9 +218,7 @@ def shard_failure(exn: Exception, url: str, stream: ByteStream) -> Exception:
     """The error to report for a failed shard: the source's own failure (a command's exit
     status) if closing the stream reveals one, else ``exn`` as a located error. A shard found
     bad is not kept in the shard cache."""
-    discard = getattr(stream, "discard", None)  # a CacheWriter's, or read ahead of one
-    if discard is not None:
-        discard()
+    discard_entry(stream)
     try:
         stream.close()
     except WdsError as closing_error:

@@ -31,7 +31,7 @@ Continue(key='.txt', data=b'hi')
 >>> Gunzip(max_size=1000)(".txt.gz", __import__("gzip").compress(bytes(2000)))
 Traceback (most recent call last):
 ...
-wdspipes.samples.decoders.basic.DataLimitError: the .gz field decompresses to more than \
+wdspipes.errors.DataLimitError: the .gz field decompresses to more than \
 1,000 bytes, the limit (max_size)
 """
 
@@ -50,6 +50,7 @@ import cbor2
 import msgpack
 import numpy as np
 
+from wdspipes.errors import DataLimitError, UntrustedDataError
 from wdspipes.samples.decoders.tenbin import decode_buffer
 
 __all__ = [
@@ -76,14 +77,6 @@ class Continue(NamedTuple):
 
     key: str
     data: bytes
-
-
-class UntrustedDataError(ValueError):
-    """A field holds data that would run code when decoded, and the decoder was not trusted."""
-
-
-class DataLimitError(ValueError):
-    """A field would decompress to more bytes than the decoder's ``max_size`` allows."""
 
 
 def check_size(size: int) -> int:

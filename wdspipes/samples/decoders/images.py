@@ -39,7 +39,7 @@ torch.Size([3, 224, 298])
 >>> ImageDecoder("rgb8")(".png", jpeg.getvalue())
 Traceback (most recent call last):
 ...
-wdspipes.samples.decoders.images.ImageFormatError: a .png field holds JPEG data, not PNG: \
+wdspipes.errors.ImageFormatError: a .png field holds JPEG data, not PNG: \
 not opened (a field opens only in the formats its extension names)
 """
 
@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from wdspipes.errors import ImageFormatError, ImageTooLargeError
 from wdspipes.samples.decoders import jpeg
 from wdspipes.samples.decoders.basic import last_extension
 from wdspipes.samples.decoders.geometry import (
@@ -103,14 +104,6 @@ MAX_PIXELS = 89_478_485
 """The most pixels (width x height) of an image decoded by default: Pillow's
 ``Image.MAX_IMAGE_PIXELS``, above which Pillow only warns (and refuses at twice as many). As
 8-bit RGB that is 256 MiB; as ``float32`` RGB (``"rgb"``, ``"torchrgb"``), 1 GiB."""
-
-
-class ImageFormatError(ValueError):
-    """An image field holds data of a format its extension does not name (or no image)."""
-
-
-class ImageTooLargeError(ValueError):
-    """An image has more pixels than the decoder's ``max_pixels``."""
 
 
 # spec -> (library, element type, Pillow mode)
