@@ -90,6 +90,7 @@ def test_a_second_run_replaces_the_shards_of_the_first(
     assert names == ["notes.txt", "train-0000.tar", "val-0000.tar"]
 
 
+@pytest.mark.dataloader2
 @pytest.mark.loaders
 def test_python_m_wdspipes_demo_runs_with_a_worker_process(tmp_path: Path) -> None:
     output = tmp_path.resolve() / "out"

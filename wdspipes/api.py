@@ -31,6 +31,7 @@ from wdspipes.errors import (
     ShardWriteError,
     StreamFormatError,
     TarFormatError,
+    TorchdataVersionError,
     TorchNameWarning,
     TruncatedShardError,
     WdsError,
@@ -46,6 +47,7 @@ from wdspipes.gopen import gopen
 from wdspipes.io import ShardStream, open_url, shard_url
 from wdspipes.io.opener import ShardOpener
 from wdspipes.io.readahead import ReadAhead, ReadStats
+from wdspipes.nodes import as_node
 from wdspipes.pipeline import (
     DataPipeline,
     IterableSource,
@@ -197,6 +199,7 @@ __all__ = [
     "TarMember",
     "TarWriter",
     "TorchNameWarning",
+    "TorchdataVersionError",
     "TruncatedShardError",
     "TupleMaker",
     "TupleMapper",
@@ -206,6 +209,7 @@ __all__ = [
     "WebDataset",
     "WebLoader",
     "WorkerError",
+    "as_node",
     "batched",
     "cbors_to_samples",
     "collate",

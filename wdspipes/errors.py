@@ -58,6 +58,7 @@ __all__ = [
     "StreamFormatError",
     "TarFormatError",
     "TorchNameWarning",
+    "TorchdataVersionError",
     "TruncatedShardError",
     "WdsError",
     "WorkerError",
@@ -228,6 +229,12 @@ class ResumeError(ValueError):
 class WorkerError(WdsError, RuntimeError):
     """A loader's worker process exited while the loader was waiting for it (killed by the
     out-of-memory killer, say): the message names the worker and how it ended."""
+
+
+class TorchdataVersionError(WdsError, ImportError):
+    """The torchdata installed (or its absence) lacks what was asked for: DataLoader2 and its
+    reading services exist in torchdata 0.8 and 0.9 only, ``torchdata.nodes`` from 0.10 on.
+    The message names the version found and what to use instead."""
 
 
 class StreamFormatError(ShardError):

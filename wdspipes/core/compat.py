@@ -1,9 +1,11 @@
 """torchdata, mended where wdspipes needs it: every change wdspipes makes to torchdata is made
 by this module (the main process's side of DataLoader2's workers is written in
 :mod:`wdspipes.core.worker_queues`, the loaders' states in :mod:`wdspipes.core.loader_state`),
-each applied only to the torchdata versions it was checked against (0.8 and 0.9, whose code
-these mends touch is the same), and each leaves datasets that are not wdspipes pipelines as
-torchdata has them (tests/test_compat.py runs them with and without wdspipes imported).
+each applied only to the torchdata versions it was checked against (DataLoader2's: 0.8 and
+0.9, whose code these mends touch is the same, and the last with DataLoader2;
+StatefulDataLoader's: 0.8 to 0.11, :data:`STATEFUL_CHECKED`), and each leaves datasets that
+are not wdspipes pipelines as torchdata has them (tests/test_compat.py runs them with and
+without wdspipes imported).
 
 **DataLoader2** (:func:`fix_dataloader2`). With ``MultiProcessingReadingService``, as soon as
 one worker runs out of items before another (3 shards on 2 workers, or fewer shards than
@@ -94,10 +96,13 @@ _LOADER = "torchdata.dataloader2.dataloader2"
 _SERVICES = "torchdata.dataloader2.reading_service"
 _FIXED = "_wdspipes_fixed"
 
-STATEFUL_CHECKED = ("0.8.", "0.9.")
+STATEFUL_CHECKED = ("0.8.", "0.9.", "0.10.", "0.11.")
 """The torchdata versions whose StatefulDataLoader :func:`mend_stateful_dataloader` was checked
 against: its state's keys (``_snapshot``, ``_main_snapshot``, ``_num_workers``,
-``_worker_snapshots``, ``worker_<id>``, ``dataset_state``) and its wrapping of DataPipes."""
+``_worker_snapshots``, ``worker_<id>``, ``dataset_state``) and its wrapping of DataPipes. 0.10's
+``torchdata.stateful_dataloader`` is 0.9's, file for file; 0.11 adds ``in_order`` (for which
+torchdata itself promises no exact resume when it is False) and keeps the rest; the suite runs
+on 0.9 and 0.11 (``make test``)."""
 
 
 def torchdata_version() -> str:
