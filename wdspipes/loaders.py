@@ -19,7 +19,7 @@ import importlib
 import warnings
 from types import ModuleType
 
-from wdspipes.core.compat import fix_dataloader2, torchdata_version
+from wdspipes.core.compat import fix_dataloader2
 from wdspipes.errors import TorchdataVersionError
 
 __all__ = ["dataloader2", "fix_dataloader2"]
@@ -46,10 +46,7 @@ def dataloader2() -> ModuleType:
         try:
             module = importlib.import_module("torchdata.dataloader2")
         except ImportError as exn:
-            version = torchdata_version()
-            found = f"this is torchdata {version}" if version else "torchdata is not installed"
-            raise TorchdataVersionError(
-                f"DataLoader2 exists in torchdata 0.8 and 0.9 only, and {found}: {INSTEAD}"
-            ) from exn
+            needs = "DataLoader2 exists in torchdata 0.8 and 0.9 only"
+            raise TorchdataVersionError.lacking(needs, INSTEAD) from exn
     fix_dataloader2()
     return module

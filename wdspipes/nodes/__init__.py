@@ -60,18 +60,9 @@ def as_node(pipe: Any) -> Any:
     try:
         node = importlib.import_module("wdspipes.nodes.pipeline_node")
     except ImportError as exn:
-        version = _torchdata_version()
-        found = f"this is torchdata {version}" if version else "torchdata is not installed"
-        raise TorchdataVersionError(
-            f"wds.as_node needs torchdata.nodes, in torchdata 0.10 and later, and {found}: "
+        raise TorchdataVersionError.lacking(
+            "wds.as_node needs torchdata.nodes, in torchdata 0.10 and later",
             "pip install 'torchdata>=0.10' (with torchdata 0.9, run the pipeline with "
-            "DataLoader2 or StatefulDataLoader)"
+            "DataLoader2 or StatefulDataLoader)",
         ) from exn
     return node.PipelineNode(pipe)
-
-
-def _torchdata_version() -> str:
-    try:
-        return str(importlib.import_module("torchdata").__version__)
-    except ImportError:
-        return ""
