@@ -68,15 +68,17 @@ PYTHON_PROGRAMS = {Path(sys.executable).name, "python", "python3", "wdspipes", "
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Where torchdata has no DataLoader2 (0.10 and later: ``make test`` runs the loader tests
-    with torchdata 0.11 too), the tests marked ``dataloader2`` are skipped, saying why."""
+    """Where torchdata has no DataLoader2 and DataPipes (0.10 and later: ``make test`` runs the
+    loader tests with torchdata 0.11 too), the tests marked ``dataloader2`` are skipped, saying
+    why."""
     try:
         if find_spec("torchdata.dataloader2") is not None:
             return
     except ImportError:  # no torchdata at all
         pass
     version = getattr(sys.modules.get("torchdata"), "__version__", "none")
-    skip = pytest.mark.skip(reason=f"DataLoader2 is in torchdata 0.8 and 0.9 only; this: {version}")
+    reason = f"DataLoader2 is in torchdata 0.8 and 0.9 only; this is {version}"
+    skip = pytest.mark.skip(reason=reason)
     for item in items:
         if item.get_closest_marker("dataloader2"):
             item.add_marker(skip)

@@ -76,6 +76,7 @@ def test_demo_writes_shards_trains_and_draws(
     assert_report(capsys.readouterr().out, output, epochs=1)
 
 
+@pytest.mark.dataloader2  # the demo trains through DataLoader2
 def test_a_second_run_replaces_the_shards_of_the_first(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -58,11 +58,13 @@ def as_node(pipe: Any) -> Any:
             f"{type(pipe).__name__} has no {', '.join(missing)}"
         )
     try:
-        node = importlib.import_module("wdspipes.nodes.pipeline_node")
+        importlib.import_module("torchdata.nodes")
     except ImportError as exn:
         raise TorchdataVersionError.lacking(
             "wds.as_node needs torchdata.nodes, in torchdata 0.10 and later",
             "pip install 'torchdata>=0.10' (with torchdata 0.9, run the pipeline with "
             "DataLoader2 or StatefulDataLoader)",
         ) from exn
-    return node.PipelineNode(pipe)
+    from wdspipes.nodes.pipeline_node import PipelineNode
+
+    return PipelineNode(pipe)
