@@ -37,15 +37,15 @@ def node_shards(tmp_path_factory: pytest.TempPathFactory) -> Shards:
     return shards
 
 
-def pipeline(shards: Shards) -> Any:
+def pipeline(shards: Shards, batched: bool = True) -> Any:
     """Shards shuffled, samples shuffled in a buffer, batched by 2 (the last batch short)."""
-    return (
+    samples = (
         wds.WebDataset(shards.spec, shardshuffle=True, seed=1)
         .map_dict(txt=bytes.decode)
         .buffer_shuffle(5, initial=3, seed=2)
         .to_tuple("txt")
-        .batched(2)
     )
+    return samples.batched(2) if batched else samples
 
 
 def loader(shards: Shards) -> Any:
@@ -54,16 +54,25 @@ def loader(shards: Shards) -> Any:
     return Loader(wds.as_node(pipeline(shards)))
 
 
-def uninterrupted(shards: Shards) -> list[list[Any]]:
+def loader_with_nodes_after(shards: Shards) -> Any:
+    """The pipeline without its batches, then torchdata's own nodes: a prefetching thread and
+    batches of 2."""
+    from torchdata.nodes import Batcher, Loader, Prefetcher
+
+    node = wds.as_node(pipeline(shards, batched=False))
+    return Loader(Batcher(Prefetcher(node, prefetch_factor=3), batch_size=2, drop_last=False))
+
+
+def uninterrupted(shards: Shards, make: Any = loader) -> list[list[Any]]:
     """Every epoch of an uninterrupted run, each a list of batches."""
-    run = loader(shards)
+    run = make(shards)
     return [list(run) for _ in range(EPOCHS)]
 
 
-def cut_and_resume(shards: Shards, cut: int) -> list[Any]:
+def cut_and_resume(shards: Shards, cut: int, make: Any = loader) -> list[Any]:
     """The batches of a run whose state is saved after its first ``cut`` batches, followed by
     those of a new loader restored from that state, up to the uninterrupted run's count."""
-    first = loader(shards)
+    first = make(shards)
     taken: list[Any] = []
     state = None
     while state is None:
@@ -75,7 +84,7 @@ def cut_and_resume(shards: Shards, cut: int) -> list[Any]:
         if cut == 0 and state is None:
             state = first.state_dict()
     total = epoch_length(shards) * EPOCHS
-    resumed = loader(shards)
+    resumed = make(shards)
     resumed.load_state_dict(state)
     rest: list[Any] = []
     while len(taken) + len(rest) < total:
@@ -108,6 +117,15 @@ def test_the_node_is_a_torchdata_node_and_each_epoch_shuffles_anew(node_shards: 
 def test_loader_resumes_exactly_after_any_batch(node_shards: Shards, cut: int) -> None:
     expected = [batch for epoch in uninterrupted(node_shards) for batch in epoch]
     assert cut_and_resume(node_shards, cut) == expected
+
+
+@needs_nodes
+@pytest.mark.parametrize("cut", [3, 11, 15])
+def test_torchdatas_nodes_after_it_resume_exactly_too(node_shards: Shards, cut: int) -> None:
+    expected = uninterrupted(node_shards, loader_with_nodes_after)
+    assert [len(epoch) for epoch in expected] == [epoch_length(node_shards)] * EPOCHS
+    flat = [batch for epoch in expected for batch in epoch]
+    assert cut_and_resume(node_shards, cut, loader_with_nodes_after) == flat
 
 
 @needs_nodes
