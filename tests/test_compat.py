@@ -5,6 +5,7 @@ and DataLoader2 exactly as it does without wdspipes imported."""
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import subprocess
 import sys
@@ -195,3 +196,23 @@ def test_dataloader2_says_what_to_use_where_torchdata_has_none(
     assert f"and this is torchdata {torchdata.__version__}: use " in message
     assert "StatefulDataLoader" in message and "wds.as_node(pipe)" in message
     assert isinstance(info.value, WdsError) and isinstance(info.value, ImportError)
+
+
+@pytest.mark.skipif(
+    "in_order" not in inspect.signature(StatefulDataLoader.__init__).parameters,
+    reason="in_order is torchdata 0.11's",
+)
+def test_an_out_of_order_stateful_dataloader_refuses_to_save_or_load(tmp_path: Path) -> None:
+    """torchdata 0.11's ``in_order=False`` with workers: its state cannot say which items were
+    delivered, so a wdspipes pipeline's is refused rather than resumed with samples lost."""
+    from wdspipes.errors import ResumeError
+
+    pipe = samples(write_shards(tmp_path))
+    loader = StatefulDataLoader(pipe, batch_size=None, num_workers=2, in_order=False)
+    with pytest.raises(ResumeError, match=r"in_order=False\) delivers"):
+        loader.state_dict()  # refused before any worker starts
+    saved = StatefulDataLoader(pipe, batch_size=None).state_dict()
+    with pytest.raises(ResumeError, match=r"use in_order=True \(the default\)"):
+        loader.load_state_dict(saved)
+    in_process = StatefulDataLoader(pipe, batch_size=None, in_order=False)  # no workers: in order
+    assert in_process.state_dict()["dataset_state"] == pipe.state_dict()
