@@ -65,6 +65,7 @@ def assert_report(text: str, output: Path, epochs: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.dataloader2  # the demo trains through DataLoader2
 def test_demo_writes_shards_trains_and_draws(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
