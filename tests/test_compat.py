@@ -4,6 +4,8 @@ and DataLoader2 exactly as it does without wdspipes imported."""
 
 from __future__ import annotations
 
+import importlib.util
+import inspect
 import json
 import subprocess
 import sys
@@ -17,6 +19,8 @@ from torch.utils.data.datapipes.iter import IterableWrapper
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from wdspipes.core import compat
+
+pytestmark = pytest.mark.torchdata
 
 
 def test_a_wdspipes_pipeline_gets_its_state_methods_in_a_stateful_dataloader(
@@ -45,11 +49,12 @@ def test_the_stateful_dataloader_mend_skips_unchecked_versions(
     assert compat.mend_stateful_dataloader()  # this torchdata is a checked one: in place
     before = (StatefulDataLoader.__init__, StatefulDataLoader.load_state_dict)
     monkeypatch.setattr(compat, "_mended", False)
-    monkeypatch.setattr(sys.modules["torchdata"], "__version__", "0.10.0")
+    monkeypatch.setattr(sys.modules["torchdata"], "__version__", "0.12.0")
     assert not compat.mend_stateful_dataloader()
     assert (StatefulDataLoader.__init__, StatefulDataLoader.load_state_dict) == before
 
 
+@pytest.mark.dataloader2
 @pytest.mark.slow
 def test_the_dataloader2_mend_skips_unchecked_versions() -> None:
     script = "\n".join(
@@ -127,6 +132,7 @@ def run_foreign(variant: str) -> dict[str, Any]:
     return json.loads(result.stdout.splitlines()[-1])  # type: ignore[no-any-return]
 
 
+@pytest.mark.dataloader2
 @pytest.mark.slow
 @pytest.mark.loaders
 def test_a_dataset_not_of_wdspipes_behaves_as_without_wdspipes() -> None:
@@ -158,6 +164,7 @@ print("released")
 """
 
 
+@pytest.mark.dataloader2
 @pytest.mark.slow
 @pytest.mark.parametrize("wdspipes", ["with", "without"])
 def test_a_collected_full_sync_does_not_wait_for_its_own_thread(wdspipes: str) -> None:
@@ -168,3 +175,44 @@ def test_a_collected_full_sync_does_not_wait_for_its_own_thread(wdspipes: str) -
         return
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout == "released\n"
+
+
+def test_dataloader2_says_what_to_use_where_torchdata_has_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With torchdata 0.10+ (as with 0.11 in ``make test``'s second environment) or none,
+    asking wdspipes for DataLoader2 is one error that names the version and what to use."""
+    import torchdata
+
+    from wdspipes.errors import TorchdataVersionError, WdsError
+    from wdspipes.loaders import dataloader2
+
+    if importlib.util.find_spec("torchdata.dataloader2") is not None:  # 0.9: as 0.11 has it
+        monkeypatch.setitem(sys.modules, "torchdata.dataloader2", None)
+        monkeypatch.setattr(torchdata, "__version__", "0.11.0")
+    with pytest.raises(TorchdataVersionError) as info:
+        dataloader2()
+    message = str(info.value)
+    assert f"and this is torchdata {torchdata.__version__}: use " in message
+    assert "StatefulDataLoader" in message and "wds.as_node(pipe)" in message
+    assert isinstance(info.value, WdsError) and isinstance(info.value, ImportError)
+
+
+@pytest.mark.skipif(
+    "in_order" not in inspect.signature(StatefulDataLoader.__init__).parameters,
+    reason="in_order is torchdata 0.11's",
+)
+def test_an_out_of_order_stateful_dataloader_refuses_to_save_or_load(tmp_path: Path) -> None:
+    """torchdata 0.11's ``in_order=False`` with workers: its state cannot say which items were
+    delivered, so a wdspipes pipeline's is refused rather than resumed with samples lost."""
+    from wdspipes.errors import ResumeError
+
+    pipe = samples(write_shards(tmp_path))
+    loader = StatefulDataLoader(pipe, batch_size=None, num_workers=2, in_order=False)
+    with pytest.raises(ResumeError, match=r"in_order=False\) delivers"):
+        loader.state_dict()  # refused before any worker starts
+    saved = StatefulDataLoader(pipe, batch_size=None).state_dict()
+    with pytest.raises(ResumeError, match=r"use in_order=True \(the default\)"):
+        loader.load_state_dict(saved)
+    in_process = StatefulDataLoader(pipe, batch_size=None, in_order=False)  # no workers: in order
+    assert in_process.state_dict()["dataset_state"] == pipe.state_dict()

@@ -65,6 +65,7 @@ def assert_report(text: str, output: Path, epochs: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.dataloader2  # the demo trains through DataLoader2
 def test_demo_writes_shards_trains_and_draws(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -76,6 +77,7 @@ def test_demo_writes_shards_trains_and_draws(
     assert_report(capsys.readouterr().out, output, epochs=1)
 
 
+@pytest.mark.dataloader2  # the demo trains through DataLoader2
 def test_a_second_run_replaces_the_shards_of_the_first(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -90,6 +92,7 @@ def test_a_second_run_replaces_the_shards_of_the_first(
     assert names == ["notes.txt", "train-0000.tar", "val-0000.tar"]
 
 
+@pytest.mark.dataloader2
 @pytest.mark.loaders
 def test_python_m_wdspipes_demo_runs_with_a_worker_process(tmp_path: Path) -> None:
     output = tmp_path.resolve() / "out"

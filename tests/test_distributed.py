@@ -53,6 +53,7 @@ import wdspipes as wds
 from wdspipes.loaders import dataloader2
 
 pytestmark = pytest.mark.loaders
+DL2 = pytest.mark.dataloader2  # needs DataLoader2: skipped with torchdata 0.10+ (conftest)
 
 WORLD = 2
 SEED = 1234
@@ -352,9 +353,9 @@ def shard_order(epoch: list[Item]) -> list[str]:
 
 
 EXACT = [
-    ("webdataset", "dl2", 0),
-    ("datapipeline", "dl2", 2),
-    ("functional", "dl2", 2),
+    pytest.param("webdataset", "dl2", 0, marks=DL2),
+    pytest.param("datapipeline", "dl2", 2, marks=DL2),
+    pytest.param("functional", "dl2", 2, marks=DL2),
     ("webdataset", "dataloader", 0),
     ("datapipeline", "dataloader", 2),
 ]
@@ -381,7 +382,12 @@ def test_ranks_read_every_sample_exactly_once_per_epoch(
 
 
 @pytest.mark.parametrize(
-    ("loader", "workers", "sync"), [("dl2", 0, False), ("dl2", 2, False), ("dataloader", 2, True)]
+    ("loader", "workers", "sync"),
+    [
+        pytest.param("dl2", 0, False, marks=DL2),
+        pytest.param("dl2", 2, False, marks=DL2),
+        ("dataloader", 2, True),
+    ],
 )
 def test_uneven_shards_give_every_rank_the_same_count(
     tmp_path: Path, loader: str, workers: int, sync: bool
@@ -412,7 +418,9 @@ def test_plain_dataloader_without_full_sync_yields_uneven_counts(tmp_path: Path)
     assert totals[0] != totals[1]
 
 
-@pytest.mark.parametrize(("loader", "workers"), [("dl2", 2), ("dataloader", 2)])
+@pytest.mark.parametrize(
+    ("loader", "workers"), [pytest.param("dl2", 2, marks=DL2), ("dataloader", 2)]
+)
 def test_resampled_streams_are_distinct_equal_and_reproducible(
     tmp_path: Path, loader: str, workers: int
 ) -> None:
@@ -430,6 +438,7 @@ def test_resampled_streams_are_distinct_equal_and_reproducible(
     assert len({tuple(stream) for stream in streams}) == len(streams), "two readers drew alike"
 
 
+@pytest.mark.dataloader2
 @pytest.mark.parametrize(("nshards", "workers"), [(1, 0), (2, 2)])
 def test_too_few_shards_for_the_ranks_fail_on_every_rank(
     tmp_path: Path, nshards: int, workers: int
@@ -446,6 +455,7 @@ def test_too_few_shards_for_the_ranks_fail_on_every_rank(
         )
 
 
+@pytest.mark.dataloader2
 def test_the_example_trains_under_torchrun(tmp_path: Path) -> None:
     """examples/distributed_training.py, as its docstring says to run it, both recipes."""
     env = {**os.environ, **LOCALHOST, "OMP_NUM_THREADS": "1"}
@@ -479,6 +489,7 @@ def test_the_example_trains_under_torchrun(tmp_path: Path) -> None:
         assert "epoch 2" in result.stdout
 
 
+@pytest.mark.dataloader2
 @pytest.mark.parametrize("workers", [0, 2])
 def test_dataloader2_resumes_each_rank_exactly(tmp_path: Path, workers: int) -> None:
     """DistributedReadingService alone and with 2 workers a rank: restored, every rank delivers
@@ -489,7 +500,7 @@ def test_dataloader2_resumes_each_rank_exactly(tmp_path: Path, workers: int) -> 
         assert rank["whole"][0] != rank["whole"][1]
 
 
-@pytest.mark.parametrize(("kind", "workers"), [("stateful", 0), ("dl2", 2)])
+@pytest.mark.parametrize(("kind", "workers"), [("stateful", 0), pytest.param("dl2", 2, marks=DL2)])
 @pytest.mark.parametrize("world", [1, 3])
 def test_a_two_rank_state_goes_on_with_another_number_of_ranks(
     tmp_path: Path, kind: str, workers: int, world: int

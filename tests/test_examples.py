@@ -35,6 +35,7 @@ def run_example(name: str, directory: Path, *args: str) -> str:
     return result.stdout
 
 
+@pytest.mark.dataloader2
 @pytest.mark.loaders
 def test_remote_cache_reads_each_shard_once_over_http(tmp_path: Path) -> None:
     """Shards served on 127.0.0.1: one request per shard, then only the cache, in workers too."""

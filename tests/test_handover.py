@@ -188,6 +188,7 @@ def test_pipeline_under_dataloader(npy_shards: list[str], context: str) -> None:
     check_pipeline_batches(iter(loader(pipeline(npy_shards), multiprocessing_context=context)))
 
 
+@pytest.mark.dataloader2
 @pytest.mark.loaders
 def test_pipeline_under_dataloader2(npy_shards: list[str]) -> None:
     from wdspipes.loaders import dataloader2

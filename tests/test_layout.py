@@ -14,7 +14,8 @@ MAY_IMPORT = {
     "read": {"io", "core", "state", "errors", "redaction"},
     "samples": {"core", "state", "errors", "redaction"},
     "write": {"io", "samples", "core", "errors", "redaction"},
-    "loaders": {"core"},
+    "loaders": {"core", "errors"},
+    "nodes": {"errors"},  # the torchdata.nodes front end: over any pipeline, by its methods
     "pipeline": {"read", "io", "samples", "core", "state", "errors", "redaction"},
     "tools": {"pipeline", "write", "read", "io", "samples", "core", "state", "errors", "redaction"},
     # webdataset's module paths: facades over the stages, each from what it stands for

@@ -45,17 +45,19 @@ from torch.utils.data import DataLoader, IterDataPipe
 with warnings.catch_warnings():
     # the message starts with a banner of newlines: match across them
     warnings.filterwarnings("ignore", message=r"(?s).*deprecated", category=UserWarning)
-    from torchdata.dataloader2 import (
-        DataLoader2,
-        InProcessReadingService,
-        MultiProcessingReadingService,
-    )
+    with contextlib.suppress(ImportError):  # torchdata 0.10+: tests marked dataloader2 skip
+        from torchdata.dataloader2 import (
+            DataLoader2,
+            InProcessReadingService,
+            MultiProcessingReadingService,
+        )
 
 import shardgen
 
 import wdspipes as wds
 
 pytestmark = pytest.mark.loaders
+DL2 = pytest.mark.dataloader2  # needs DataLoader2: skipped with torchdata 0.10+ (conftest)
 
 Sample = dict[str, Any]
 Signature = list[tuple[str, ...]]
@@ -237,6 +239,7 @@ def order_shards(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 # --- 1-3: exactly once per epoch ----------------------------------------------------------------
 
 
+@pytest.mark.dataloader2
 @pytest.mark.parametrize("build", BUILDERS)
 def test_dataloader2_workers_read_every_sample_once_per_epoch(
     shards: list[str], build: Callable[[list[str]], IterDataPipe[Sample]]
@@ -249,14 +252,19 @@ def test_dataloader2_workers_read_every_sample_once_per_epoch(
 
 IN_PROCESS_READERS = [
     pytest.param(
-        lambda pipe: read_dataloader2(pipe, EPOCHS, InProcessReadingService()), id="dl2-in-process"
+        lambda pipe: read_dataloader2(pipe, EPOCHS, InProcessReadingService()),
+        id="dl2-in-process",
+        marks=pytest.mark.dataloader2,
     ),
     pytest.param(
         lambda pipe: read_dataloader2(pipe, EPOCHS, MultiProcessingReadingService(num_workers=0)),
         id="dl2-mp-0-workers",
-        marks=pytest.mark.filterwarnings("ignore:Please use `InProcessReadingService`:UserWarning"),
+        marks=[
+            pytest.mark.dataloader2,
+            pytest.mark.filterwarnings("ignore:Please use `InProcessReadingService`:UserWarning"),
+        ],
     ),
-    pytest.param(lambda pipe: read_dataloader2(pipe, EPOCHS), id="dl2-no-service"),
+    pytest.param(lambda pipe: read_dataloader2(pipe, EPOCHS), id="dl2-no-service", marks=DL2),
     pytest.param(lambda pipe: read_for_loop(pipe, EPOCHS), id="for-loop"),
 ]
 
@@ -313,6 +321,7 @@ ORDER_CASES = [
 ]
 
 
+@pytest.mark.dataloader2
 @pytest.mark.parametrize(("seed", "loader_seed", "num_workers"), ORDER_CASES)
 def test_shard_order_changes_across_epochs(
     order_shards: list[str], seed: int | None, loader_seed: int | None, num_workers: int
@@ -324,6 +333,7 @@ def test_shard_order_changes_across_epochs(
     assert len(distinct) == EPOCHS, f"the shard order repeats across epochs: {orders}"
 
 
+@pytest.mark.dataloader2
 def test_fixed_seed_gives_the_same_orders_in_every_dataloader2_run(order_shards: list[str]) -> None:
     workers = read_shard_orders(order_shards, WORKERS, seed=7)
     workers_again = read_shard_orders(order_shards, WORKERS, seed=7)
@@ -337,6 +347,7 @@ def test_fixed_seed_gives_the_same_orders_in_every_dataloader2_run(order_shards:
     assert other_seed[0] != in_process[0]
 
 
+@pytest.mark.dataloader2
 def test_loader_seed_decides_the_order_without_a_pipeline_seed(order_shards: list[str]) -> None:
     first = read_shard_orders(order_shards, 0, loader_seed=123)
     second = read_shard_orders(order_shards, 0, loader_seed=123)
@@ -367,6 +378,7 @@ def for_loop(pipe: IterDataPipe[Sample]) -> list[list[Sample]]:
     return read_for_loop(pipe, EPOCHS)
 
 
+@pytest.mark.dataloader2
 @pytest.mark.parametrize(
     ("read", "num_workers"),
     [
@@ -412,6 +424,7 @@ def test_fixed_seed_order_under_plain_dataloader_workers_is_reproducible(
     assert len({tuple(epoch) for epoch in first}) == EPOCHS
 
 
+@pytest.mark.dataloader2
 @pytest.mark.parametrize(
     ("seed", "loader_seed"),
     [pytest.param(5, None, id="dl2-seed=5"), pytest.param(None, None, id="dl2-unseeded")],
@@ -462,6 +475,7 @@ def read_resampled(
     return read_dataloader2(pipe.map(tag_reader), EPOCHS, service_for(num_workers), loader_seed)
 
 
+@pytest.mark.dataloader2
 @pytest.mark.parametrize(
     ("seed", "loader_seed"),
     [pytest.param(3, None, id="seed=3"), pytest.param(None, 3, id="loader.seed")],
@@ -534,6 +548,7 @@ def read_batches(urls: list[str], loader_seed: int | None, epochs: int = 2) -> l
     return [[int(c) for classes, _ in epoch for c in classes] for epoch in batches]
 
 
+@pytest.mark.dataloader2
 def test_full_pipeline_under_dataloader2_yields_every_sample_once(
     decodable_shards: list[str],
 ) -> None:
@@ -551,6 +566,7 @@ def test_full_pipeline_under_dataloader2_yields_every_sample_once(
         loader.shutdown()
 
 
+@pytest.mark.dataloader2
 def test_loader_seed_makes_a_multi_worker_run_reproducible(decodable_shards: list[str]) -> None:
     first = read_batches(decodable_shards, loader_seed=11)
     assert read_batches(decodable_shards, loader_seed=11) == first
@@ -561,6 +577,7 @@ def test_loader_seed_makes_a_multi_worker_run_reproducible(decodable_shards: lis
 # --- uneven work: torchdata's round-robin, mended (wdspipes.loaders) ----------------------------
 
 
+@pytest.mark.dataloader2
 @pytest.mark.parametrize(
     ("nshards", "workers", "batch"),
     [(3, 2, None), (1, 2, None), (1, 2, 4), (5, 3, None), (2, 3, 7)],
@@ -581,6 +598,7 @@ def test_workers_with_uneven_shares_read_every_sample_once(
     assert_exactly_once(epochs, all_keys(nshards, 10))
 
 
+@pytest.mark.dataloader2
 def test_a_worker_error_reaches_the_main_process_with_its_type(tmp_path: Path) -> None:
     urls = shardgen.write_shards(tmp_path, 3, 10)
     Path(urls[1]).write_bytes(Path(urls[1]).read_bytes()[:1500])  # cut inside a member
@@ -588,6 +606,7 @@ def test_a_worker_error_reaches_the_main_process_with_its_type(tmp_path: Path) -
         read_dataloader2(wds.WebDataset(urls), 1, mp_service(WORKERS))
 
 
+@pytest.mark.dataloader2
 @pytest.mark.parametrize("first", ["wdspipes", "torchdata"])
 def test_the_mend_is_in_place_whichever_is_imported_first(tmp_path: Path, first: str) -> None:
     urls = shardgen.write_shards(tmp_path, 1, 2)
@@ -636,6 +655,7 @@ def slowly(item: int) -> int:
     return item
 
 
+@pytest.mark.dataloader2
 def test_the_prefetch_buffer_waits_without_polling(monkeypatch: pytest.MonkeyPatch) -> None:
     wrapper = mended_prefetcher()
     waits = CountingWaits(monkeypatch)
@@ -644,6 +664,7 @@ def test_the_prefetch_buffer_waits_without_polling(monkeypatch: pytest.MonkeyPat
     assert waits.calls == 50  # the stage's own sleeps: none from the buffer
 
 
+@pytest.mark.dataloader2
 def test_the_prefetch_buffer_passes_errors_and_stops_early() -> None:
     wrapper = mended_prefetcher()
 
@@ -663,6 +684,7 @@ def test_the_prefetch_buffer_passes_errors_and_stops_early() -> None:
     pipe.reset()  # ends the thread
 
 
+@pytest.mark.dataloader2
 def test_dataloader2_main_process_waits_without_polling(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -698,6 +720,7 @@ def pipe_urls(paths: list[str]) -> list[str]:
     return [f"pipe:cat {shlex.quote(path)}" for path in paths]
 
 
+@pytest.mark.dataloader2
 @pytest.mark.parametrize("scheme", ["file", "pipe"])
 def test_abandoned_dataloader2_epoch_leaves_no_processes(shards: list[str], scheme: str) -> None:
     urls = shards if scheme == "file" else pipe_urls(shards)
@@ -774,6 +797,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.dataloader2
 @pytest.mark.slow
 def test_a_killed_worker_is_an_error_naming_it_not_a_hang(tmp_path: Path) -> None:
     """SIGKILL one of two DataLoader2 workers, as the out-of-memory killer does: the loop gets a
@@ -808,7 +832,7 @@ def test_a_killed_worker_is_an_error_naming_it_not_a_hang(tmp_path: Path) -> Non
     assert not set(report["slots of the workers"]) & set(report["workers"])
 
 
-@pytest.mark.parametrize("kind", ["dataloader2", "dataloader"])
+@pytest.mark.parametrize("kind", [pytest.param("dataloader2", marks=DL2), "dataloader"])
 def test_workers_agree_on_the_shard_order_however_often_they_read_it(
     tmp_path: Path, kind: str
 ) -> None:

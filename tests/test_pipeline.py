@@ -240,7 +240,13 @@ def dataloader2_with_shuffle_flag(pipe: IterDataPipe[Any], shuffle: bool) -> Any
     return module.DataLoader2(pipe, datapipe_adapter_fn=Shuffle(shuffle))
 
 
-@pytest.mark.parametrize("loader", sorted(LOADER_FLAG_OFF))
+@pytest.mark.parametrize(
+    "loader",
+    [
+        pytest.param(name, marks=pytest.mark.dataloader2) if name == "DataLoader2" else name
+        for name in sorted(LOADER_FLAG_OFF)
+    ],
+)
 def test_the_loaders_shuffle_flag_leaves_wdspipes_shuffles_on(loader: str) -> None:
     """As in webdataset: ``shuffle=False`` on the loader does not turn a shuffle buffer, or a
     shard shuffle before the split, into tar order (issue 27: it did, silently)."""

@@ -50,6 +50,7 @@ def test_stage_docstring_follows_the_template(name: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.dataloader2  # torchdata.datapipes: 0.8 and 0.9 only
 @pytest.mark.parametrize(
     "order",
     [("torchdata.datapipes", "wdspipes"), ("wdspipes", "torchdata.datapipes")],

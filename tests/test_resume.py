@@ -29,6 +29,7 @@ import wdspipes as wds
 from wdspipes.errors import ResumeError
 from wdspipes.loaders import dataloader2
 
+DL2 = pytest.mark.dataloader2  # needs DataLoader2: skipped with torchdata 0.10+ (conftest)
 SHARDS, PER_SHARD = 8, 120
 EPOCH = SHARDS * PER_SHARD
 PAYLOAD = b"PAYLOAD-" * 8
@@ -184,6 +185,7 @@ CUTS = {
 
 
 @pytest.mark.slow
+@pytest.mark.torchdata  # StatefulDataLoader with torchdata 0.11 too (make test)
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.loaders)])
 @pytest.mark.parametrize("name", list(PIPELINES))
 def test_resume_gives_the_uninterrupted_sequence(
@@ -449,6 +451,7 @@ def from_state(workers: int) -> Callable[[dict[str, Any]], Any]:
     return restore
 
 
+@pytest.mark.dataloader2
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("workers", "how"),
@@ -478,7 +481,8 @@ def once_each(epochs: Iterable[list[str]]) -> bool:
 @pytest.mark.slow
 @pytest.mark.loaders
 @pytest.mark.parametrize(
-    ("kind", "shards"), [("stateful", "local"), ("dataloader2", "local"), ("stateful", "pipe:")]
+    ("kind", "shards"),
+    [("stateful", "local"), pytest.param("dataloader2", "local", marks=DL2), ("stateful", "pipe:")],
 )
 def test_a_state_of_two_workers_loads_into_other_worker_counts(
     epoch_shards: Shards, kind: str, shards: str
@@ -606,6 +610,7 @@ def kill_at_step(common: list[str], directory: Path, step: int) -> None:
     assert child.returncode == -signal.SIGKILL
 
 
+@pytest.mark.dataloader2
 @pytest.mark.slow
 @pytest.mark.loaders
 def test_training_resumes_after_sigkill(epoch_shards: Shards, tmp_path: Path) -> None:
@@ -626,7 +631,9 @@ def test_training_resumes_after_sigkill(epoch_shards: Shards, tmp_path: Path) ->
 
 @pytest.mark.slow
 @pytest.mark.loaders
-@pytest.mark.parametrize(("loader", "workers"), [("dataloader2", 3), ("stateful", 0)])
+@pytest.mark.parametrize(
+    ("loader", "workers"), [pytest.param("dataloader2", 3, marks=DL2), ("stateful", 0)]
+)
 def test_training_resumes_with_another_worker_count(
     epoch_shards: Shards, tmp_path: Path, loader: str, workers: int
 ) -> None:

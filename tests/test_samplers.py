@@ -187,6 +187,7 @@ def test_stateful_dataloader_resumes_the_sampler_exactly(
     assert head + labels(iter(second)) == uninterrupted
 
 
+@pytest.mark.dataloader2
 @pytest.mark.loaders
 def test_dataloader2_reads_a_samplers_order_with_workers(dataset: wds.ShardListDataset) -> None:
     from torchdata.dataloader2 import DataLoader2, MultiProcessingReadingService

@@ -198,6 +198,9 @@ def without_torchdata(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delitem(IterDataPipe.functions, name, raising=False)
 
 
+DATAPIPES = pytest.mark.dataloader2  # torchdata.datapipes: 0.8 and 0.9 only, as DataLoader2
+
+
 @pytest.fixture
 def with_torchdata() -> None:
     dataloader2()  # imports torchdata.datapipes, which registers them
@@ -210,6 +213,7 @@ def test_slice_without_torchdata_names_islice(without_torchdata: None) -> None:
         IterableWrapper(SAMPLES).slice(5)  # not a wdspipes stage: torch's own message
 
 
+@DATAPIPES
 def test_slice_with_torchdata_is_torchdatas_and_warns_on_a_wdspipes_pipeline(
     with_torchdata: None,
 ) -> None:
@@ -230,7 +234,7 @@ REPEATS = [
 ]
 
 
-@pytest.mark.parametrize("torchdata", ["without", "with"])
+@pytest.mark.parametrize("torchdata", ["without", pytest.param("with", marks=DATAPIPES)])
 @pytest.mark.parametrize(("args", "kwargs"), REPEATS)
 def test_repeat_in_webdatasets_forms_is_webdatasets(
     args: tuple[int, ...], kwargs: dict[str, int], torchdata: str, request: pytest.FixtureRequest
@@ -240,7 +244,7 @@ def test_repeat_in_webdatasets_forms_is_webdatasets(
     assert list(wds_samples().repeat(*args, **kwargs)) == list(theirs)
 
 
-@pytest.mark.parametrize("torchdata", ["without", "with"])
+@pytest.mark.parametrize("torchdata", ["without", pytest.param("with", marks=DATAPIPES)])
 def test_repeat_without_end_is_webdatasets(torchdata: str, request: pytest.FixtureRequest) -> None:
     request.getfixturevalue(f"{torchdata}_torchdata")
     for forever in (wds_samples().repeat(), wds_samples().repeat(0), wds_samples().repeat(-1)):
@@ -253,6 +257,7 @@ def test_repeat_n_without_torchdata_names_repeat_epochs(without_torchdata: None)
         wds_samples().repeat(2)
 
 
+@DATAPIPES
 def test_repeat_n_with_torchdata_is_torchdatas_and_warns_on_a_wdspipes_pipeline(
     with_torchdata: None,
 ) -> None:

@@ -32,6 +32,7 @@ from wdspipes.errors import (
     ShardWriteError,
     StreamFormatError,
     TarFormatError,
+    TorchdataVersionError,
     TorchNameWarning,
     TruncatedShardError,
     WdsError,
@@ -47,6 +48,7 @@ from wdspipes.gopen import gopen
 from wdspipes.io import ShardStream, open_url, shard_url
 from wdspipes.io.opener import ShardOpener
 from wdspipes.io.readahead import ReadAhead, ReadStats
+from wdspipes.nodes import as_node
 from wdspipes.pipeline import (
     DataPipeline,
     IterableSource,
@@ -199,6 +201,7 @@ __all__ = [
     "TarMember",
     "TarWriter",
     "TorchNameWarning",
+    "TorchdataVersionError",
     "TruncatedShardError",
     "TupleMaker",
     "TupleMapper",
@@ -208,6 +211,7 @@ __all__ = [
     "WebDataset",
     "WebLoader",
     "WorkerError",
+    "as_node",
     "batched",
     "cbors_to_samples",
     "collate",

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import builtins
 import copyreg
+import importlib
 import warnings
 from collections.abc import Callable
 from http import HTTPStatus
@@ -66,6 +67,7 @@ __all__ = [
     "StreamFormatError",
     "TarFormatError",
     "TorchNameWarning",
+    "TorchdataVersionError",
     "TruncatedShardError",
     "UntrustedDataError",
     "WdsError",
@@ -278,6 +280,27 @@ class ShardSplitError(WdsError, ValueError):
 class WorkerError(WdsError, RuntimeError):
     """A loader's worker process exited while the loader was waiting for it (killed by the
     out-of-memory killer, say): the message names the worker and how it ended."""
+
+
+class TorchdataVersionError(WdsError, ImportError):
+    """The torchdata installed (or its absence) lacks what was asked for: DataLoader2 and its
+    reading services exist in torchdata 0.8 and 0.9 only, ``torchdata.nodes`` from 0.10 on.
+    The message names the version found and what to use instead."""
+
+    @classmethod
+    def lacking(cls, needs: str, instead: str) -> TorchdataVersionError:
+        """The error for a program that ``needs`` (what, in which torchdata versions) where
+        the torchdata installed has it not, saying what to do ``instead``.
+
+        >>> str(TorchdataVersionError.lacking("X needs torchdata 9", "use Y"))[:24]
+        'X needs torchdata 9, and'
+        """
+        try:
+            version = str(importlib.import_module("torchdata").__version__)
+            found = f"this is torchdata {version}"
+        except ImportError:
+            found = "torchdata is not installed"
+        return cls(f"{needs}, and {found}: {instead}")
 
 
 class StreamFormatError(ShardError):

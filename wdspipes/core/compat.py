@@ -1,9 +1,11 @@
 """torchdata, mended where wdspipes needs it: every change wdspipes makes to torchdata is made
 by this module (the main process's side of DataLoader2's workers is written in
 :mod:`wdspipes.core.worker_queues`, the loaders' states in :mod:`wdspipes.core.loader_state`),
-each applied only to the torchdata versions it was checked against (0.8 and 0.9, whose code
-these mends touch is the same), and each leaves datasets that are not wdspipes pipelines as
-torchdata has them (tests/test_compat.py runs them with and without wdspipes imported).
+each applied only to the torchdata versions it was checked against (DataLoader2's: 0.8 and
+0.9, whose code these mends touch is the same, and the last with DataLoader2;
+StatefulDataLoader's: 0.8 to 0.11, :data:`STATEFUL_CHECKED`), and each leaves datasets that
+are not wdspipes pipelines as torchdata has them (tests/test_compat.py runs them with and
+without wdspipes imported).
 
 **DataLoader2** (:func:`fix_dataloader2`). With ``MultiProcessingReadingService``, as soon as
 one worker runs out of items before another (3 shards on 2 workers, or fewer shards than
@@ -50,6 +52,9 @@ pipeline, and only there:
 - loading a state saved with another number of workers (where torchdata would fail with a bare
   assertion or a missing key), or merged across ranks (:func:`~wdspipes.core.loader_state.
   merge_states`), gives every worker the workers' states merged, of which each takes its share;
+- with torchdata 0.11's ``in_order=False`` and workers, whose state cannot say which items
+  were delivered, its ``state_dict()`` and ``load_state_dict()`` raise
+  :class:`~wdspipes.errors.ResumeError` (torchdata only logs that it promises nothing);
 - loading a state primes the main process's copy of the pipeline with the epoch of the state,
   so that the epochs after the restored one are numbered (and so shuffled) as in the run that
   saved it. Without workers the loader restores the pipeline itself; with persistent workers
@@ -94,10 +99,13 @@ _LOADER = "torchdata.dataloader2.dataloader2"
 _SERVICES = "torchdata.dataloader2.reading_service"
 _FIXED = "_wdspipes_fixed"
 
-STATEFUL_CHECKED = ("0.8.", "0.9.")
+STATEFUL_CHECKED = ("0.8.", "0.9.", "0.10.", "0.11.")
 """The torchdata versions whose StatefulDataLoader :func:`mend_stateful_dataloader` was checked
 against: its state's keys (``_snapshot``, ``_main_snapshot``, ``_num_workers``,
-``_worker_snapshots``, ``worker_<id>``, ``dataset_state``) and its wrapping of DataPipes."""
+``_worker_snapshots``, ``worker_<id>``, ``dataset_state``) and its wrapping of DataPipes. 0.10's
+``torchdata.stateful_dataloader`` is 0.9's, file for file; 0.11 adds ``in_order`` (for which
+torchdata itself promises no exact resume when it is False) and keeps the rest; the suite runs
+on 0.9 and 0.11 (``make test``)."""
 
 
 def torchdata_version() -> str:
@@ -335,6 +343,7 @@ def mend_stateful_dataloader() -> bool:
         return False
     original_init = StatefulDataLoader.__init__
     original_load = StatefulDataLoader.load_state_dict
+    original_state = StatefulDataLoader.state_dict
 
     @functools.wraps(original_init)
     def init(self: Any, dataset: Any, *args: Any, **kwargs: Any) -> None:
@@ -347,13 +356,33 @@ def mend_stateful_dataloader() -> bool:
     @functools.wraps(original_load)
     def load_state_dict(self: Any, state_dict: dict[str, Any]) -> None:
         if isinstance(self.dataset, StatefulPipeline) and state_dict:
+            _refuse_out_of_order(self)
             state_dict = _for_workers(self, state_dict)
         original_load(self, state_dict)
 
+    @functools.wraps(original_state)
+    def state_dict(self: Any) -> dict[str, Any]:
+        if isinstance(self.dataset, StatefulPipeline):
+            _refuse_out_of_order(self)
+        return original_state(self)  # type: ignore[no-any-return]
+
     StatefulDataLoader.__init__ = init
     StatefulDataLoader.load_state_dict = load_state_dict
+    StatefulDataLoader.state_dict = state_dict
     _mended = True
     return True
+
+
+def _refuse_out_of_order(loader: Any) -> None:
+    """A loader whose workers' items come in the order they are ready (torchdata 0.11's
+    ``in_order=False``) keeps no state that says which items were delivered: refused, rather
+    than resumed with samples lost or repeated."""
+    if loader.num_workers and not getattr(loader, "in_order", True):
+        raise ResumeError(
+            "StatefulDataLoader(in_order=False) delivers its workers' items as they are ready, "
+            "and its state cannot say which were delivered: a wdspipes pipeline cannot "
+            "resume exactly from it; use in_order=True (the default) to save or load a state"
+        )
 
 
 def _for_workers(loader: Any, state: dict[str, Any]) -> dict[str, Any]:
