@@ -326,7 +326,10 @@ TORCH_EXAMPLES: dict[
         lambda urls: samples(urls).map(key_of, handler=wds.reraise_exception).shuffle(4),
         resumes,
     ),
-    "map(f) on samples, watched": (lambda urls: samples(urls).map(key_of).shuffle(4), resumes),
+    "map(f) on samples, watched": (
+        lambda urls: samples(urls).map(key_of).buffer_shuffle(4),
+        resumes,
+    ),
 }
 
 

@@ -18,7 +18,7 @@ __all__ = [
     "StageDataPipe",
     "functional_stage",
     "registered_stage",
-    "until_registered",
+    "webdataset_call",
 ]
 
 T_co = TypeVar("T_co", covariant=True)
@@ -54,18 +54,23 @@ def functional_stage(name: str) -> Callable[[C], C]:
     return register
 
 
-_UNREGISTERED: dict[str, Callable[[IterDataPipe[Any]], Any]] = {}
+_CALLS: dict[str, Callable[..., Any]] = {}
 
 
-def until_registered(name: str, attribute: Callable[[IterDataPipe[Any]], Any]) -> None:
-    """What ``stage.<name>`` gives on a wdspipes stage while no DataPipe is registered under
-    ``name``: ``attribute(stage)``, which may raise an AttributeError that says what to write.
-
-    For the names torchdata registers only once ``torchdata.datapipes`` is imported (``slice``,
-    ``repeat``): wdspipes may not register them itself, or torchdata's import would fail (see
-    :mod:`wdspipes.samples.torch_names`).
+def webdataset_call(name: str, call: Callable[..., Any]) -> None:
+    """Have ``stage.<name>(...)`` on every wdspipes stage run ``call(stage, *args, **kwargs)``:
+    for the names torch and torchdata own that webdataset's fluid interface calls its own way
+    (``shuffle``, ``map``, ``slice``, ``repeat``; see :mod:`wdspipes.samples.torch_names`,
+    which sets them). On torch's own DataPipes the names stay torch's.
     """
-    _UNREGISTERED[name] = attribute
+    _CALLS[name] = call
+
+
+def _webdataset_call(name: str, stage: IterDataPipe[Any], args: Any, kwargs: Any) -> Any:
+    call = _CALLS.get(name)
+    if call is None:  # wdspipes.samples not imported: the package is, so this is a bug
+        raise RuntimeError(f"webdataset's .{name} is not set up: import wdspipes.samples")
+    return call(stage, *args, **kwargs)
 
 
 def registered_stage(name: str) -> type | None:
@@ -97,14 +102,28 @@ class StageDataPipe(Resumable, IterDataPipe[T_co]):
 
     _is_child_datapipe = False
 
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            attribute = _UNREGISTERED.get(name)
-            if attribute is None:
-                raise
-            return attribute(self)
+    # webdataset's calls of the names torch and torchdata own: methods of wdspipes' stages, so
+    # that torch's own DataPipes keep torch's meanings (see wdspipes.samples.torch_names)
+
+    def shuffle(self, *args: Any, **kwargs: Any) -> IterDataPipe[Any]:
+        """``.shuffle(n, initial=..., seed=...)`` is webdataset's shuffle buffer
+        (``.buffer_shuffle``); ``.shuffle()`` and ``.shuffle(buffer_size=...)`` torch's."""
+        return _webdataset_call("shuffle", self, args, kwargs)  # type: ignore[no-any-return]
+
+    def map(self, *args: Any, **kwargs: Any) -> IterDataPipe[Any]:
+        """``.map(f, handler=h)`` is webdataset's (``.map_samples``); ``.map(f)`` torch's,
+        which warns where webdataset's would do otherwise."""
+        return _webdataset_call("map", self, args, kwargs)  # type: ignore[no-any-return]
+
+    def slice(self, *args: Any, **kwargs: Any) -> IterDataPipe[Any]:
+        """torchdata's ``slice`` with a warning naming ``.islice`` (webdataset's), or an
+        AttributeError naming it where torchdata's is not registered."""
+        return _webdataset_call("slice", self, args, kwargs)  # type: ignore[no-any-return]
+
+    def repeat(self, *args: Any, **kwargs: Any) -> IterDataPipe[Any]:
+        """``.repeat()``, ``.repeat(nepochs=...)`` are webdataset's (``.repeat_epochs``);
+        ``.repeat(n)`` (n > 1) torchdata's with a warning, or a TypeError."""
+        return _webdataset_call("repeat", self, args, kwargs)  # type: ignore[no-any-return]
 
     def __getstate__(self) -> Any:
         fix_dataloader2()

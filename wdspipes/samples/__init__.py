@@ -3,7 +3,8 @@
 batches (:mod:`~wdspipes.samples.batch`, handed from worker processes through shared memory by
 :mod:`~wdspipes.samples.handover`), and epoch lengths (:mod:`~wdspipes.samples.epochs`).
 Importing it makes webdataset's calls of the names torch and torchdata own (``shuffle``,
-``map``, ``slice``, ``repeat``) follow :mod:`~wdspipes.samples.torch_names`.
+``map``, ``slice``, ``repeat``), as methods of wdspipes' stages, follow
+:mod:`~wdspipes.samples.torch_names`.
 """
 
 from wdspipes.samples.torch_names import install

@@ -64,10 +64,8 @@ def stage_name(datapipe: object) -> str:
     cls = datapipe if isinstance(datapipe, type) else type(datapipe)
     for name, registered in IterDataPipe.functions.items():
         # ours carry their class; torch's are partials of a wrapper taking the class first
-        # (under the names torch owns, wrapped: see wdspipes.samples.torch_names)
-        function = getattr(registered, "_wds_theirs", registered)
-        built = getattr(function, "_wds_stage", None) or next(
-            iter(getattr(function, "args", ())), None
+        built = getattr(registered, "_wds_stage", None) or next(
+            iter(getattr(registered, "args", ())), None
         )
         if built is cls:
             return f"{cls.__name__} ({name})"
