@@ -1,5 +1,6 @@
-"""``import wdspipes`` loads no torch (wdspipes/core/loading.py), and programs still find every
-name and every functional stage, whatever they import first. Each case runs in a new Python
+"""``import wdspipes`` loads no torch and changes nothing of it (wdspipes/core/loading.py), and
+programs find every name and, once torch is loaded and a name of wdspipes used (or torch was
+loaded first), every functional stage. Each case runs in a new Python
 process, since the order of first imports is what it is about."""
 
 from __future__ import annotations
@@ -29,37 +30,49 @@ def test_importing_the_package_loads_no_torch_and_a_name_loads_it() -> None:
     assert out.splitlines() == ["False True", "wdspipes.pipeline True"]
 
 
+def test_torch_first_registers_every_stage_on_import() -> None:
+    out = run(
+        "import torch; import wdspipes\n"
+        "from torch.utils.data import IterDataPipe as D\n"
+        "from torch.utils.data.datapipes.iter import IterableWrapper\n"
+        "print(sorted({'load_tar', 'group_samples', 'buffer_shuffle'} - set(D.functions)))\n"
+        "print(type(IterableWrapper(['a.tar']).open_shards().load_tar()).__name__)\n"
+    )
+    assert out.splitlines() == ["[]", "TarLoader"]
+
+
 @pytest.mark.parametrize(
     "first",
     [
-        "import wdspipes; import torch",  # wdspipes first: registered when torch loads
-        "import torch; import wdspipes",  # torch first: registered on import, as before
+        "import wdspipes; import torch",
         "import wdspipes; import torchdata.datapipes",  # torch loaded through another package
+        "import wdspipes.read.tar",  # a stage module first: torch loads half-way through it
     ],
 )
-def test_every_stage_is_registered_once_both_are_imported(first: str) -> None:
+def test_wdspipes_first_changes_nothing_of_torch_and_a_name_registers_the_stages(
+    first: str,
+) -> None:
+    """No import hook: torch's import system, ``IterDataPipe.__getattr__`` and its registry
+    stay torch's; the stages' functional names come with the first name of wdspipes."""
     out = run(
+        "import sys\n"
+        "hooks = list(sys.meta_path)\n"
         f"{first}\n"
+        "import torch\n"
         "from torch.utils.data import IterDataPipe as D\n"
-        "print(sorted({'load_tar', 'group_samples', 'buffer_shuffle'} - set(D.functions)))\n"
-    )
-    assert out == "[]\n"
-
-
-def test_chaining_works_after_importing_a_stage_module_first() -> None:
-    """torch loads while wdspipes.read.tar is half-imported: the stages cannot all load then,
-    and the first functional name asked of a torch DataPipe loads them."""
-    out = run(
-        "import wdspipes.read.tar\n"
+        "from torch.utils.data.datapipes.datapipe import IterDataPipe as Torchs\n"
         "from torch.utils.data.datapipes.iter import IterableWrapper\n"
-        "pipe = IterableWrapper(['a.tar']).open_shards().load_tar().group_samples()\n"
-        "print(type(pipe).__name__)\n"
+        "print(sys.meta_path == hooks, D.__getattr__ is Torchs.__getattr__)\n"
         "try:\n"
-        "    IterableWrapper([1]).no_such_stage()\n"
+        "    IterableWrapper(['a.tar']).group_samples()\n"
         "except AttributeError as exn:\n"
-        "    print('AttributeError', 'no_such_stage' in str(exn))\n"
+        "    print('AttributeError', 'group_samples' in str(exn))\n"
+        "import wdspipes as wds\n"
+        "wds.ShardList  # the first name of wdspipes: the api loads\n"
+        "print(type(IterableWrapper(['a.tar']).open_shards().load_tar().group_samples()).__name__)\n"
+        "print(type(D.functions) is dict)\n"
     )
-    assert out.splitlines() == ["SampleGrouper", "AttributeError True"]
+    assert out.splitlines() == ["True True", "AttributeError True", "SampleGrouper", "True"]
 
 
 def test_names_star_import_and_missing_names() -> None:
