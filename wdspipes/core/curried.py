@@ -17,8 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ParamSpec
 
-from torch.utils.data import IterDataPipe
-
 __all__ = ["Stage", "is_stage_factory", "stage_factory"]
 
 P = ParamSpec("P")
@@ -28,12 +26,12 @@ class Stage:
     """A stage waiting for its upstream: ``Stage(fn, *args, **kwargs)(source)`` is
     ``fn(source, *args, **kwargs)``. Picklable when ``fn`` and the arguments are."""
 
-    def __init__(self, fn: Callable[..., IterDataPipe[Any]], *args: Any, **kwargs: Any) -> None:
+    def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
 
-    def __call__(self, source: IterDataPipe[Any]) -> IterDataPipe[Any]:
+    def __call__(self, source: Any) -> Any:
         return self.fn(source, *self.args, **self.kwargs)
 
     def __repr__(self) -> str:

@@ -9,9 +9,8 @@ from torch.utils.data import IterDataPipe
 
 from wdspipes.core.compat import fix_dataloader2
 from wdspipes.core.pickling import restored_state, stage_state
-from wdspipes.core.seeds import pipeline_epoch, set_pipeline_epoch
-from wdspipes.state.checkpoint import pipeline_state, restore_pipeline
-from wdspipes.state.protocol import Resumable
+from wdspipes.core.stage import CoreStage, Sample, set_front_end
+from wdspipes.state.protocol import functional_names, name_stage
 
 __all__ = [
     "Sample",
@@ -22,8 +21,6 @@ __all__ = [
 ]
 
 T_co = TypeVar("T_co", covariant=True)
-Sample = dict[str, Any]
-"""A sample: ``__key__``, ``__url__`` and one value per field."""
 C = TypeVar("C", bound=type)
 
 
@@ -49,6 +46,11 @@ def functional_stage(name: str) -> Callable[[C], C]:
         build.__name__ = build.__qualname__ = name
         build._wds_stage = cls  # type: ignore[attr-defined]
         IterDataPipe.register_function(name, build)
+        name_stage(name, cls)
+        for base in cls.__bases__:
+            if issubclass(base, CoreStage) and not issubclass(base, IterDataPipe):
+                set_front_end(base, cls)
+                break
         return cls
 
     return register
@@ -75,10 +77,10 @@ def _webdataset_call(name: str, stage: IterDataPipe[Any], args: Any, kwargs: Any
 
 def registered_stage(name: str) -> type | None:
     """The wdspipes class registered under functional name ``name``, if any."""
-    return getattr(IterDataPipe.functions.get(name), "_wds_stage", None)
+    return functional_names().get(name)
 
 
-class StageDataPipe(Resumable, IterDataPipe[T_co]):
+class StageDataPipe(CoreStage[T_co], IterDataPipe[T_co]):
     """The base of every wdspipes stage: its state follows the state protocol, its per-item
     bookkeeping in torch is cheap, and it mends DataLoader2 before DataLoader2 can run it.
 
@@ -132,37 +134,3 @@ class StageDataPipe(Resumable, IterDataPipe[T_co]):
     def __setstate__(self, state: Any) -> None:
         fix_dataloader2()  # a spawned worker process: its prefetch buffer is mended too
         self.__dict__.update(restored_state(state))
-
-    def state_dict(self) -> dict[str, Any]:
-        """The position of the pipeline that ends in this stage, mid-epoch: small data that
-        :meth:`load_state_dict` takes back (see :mod:`wdspipes.state.checkpoint`).
-
-        This is torchdata's ``Stateful`` protocol: ``StatefulDataLoader`` calls it in each
-        worker.
-
-        Raises:
-            ResumeError: a stage of the pipeline cannot save its state; the message names it.
-        """
-        return pipeline_state(self, pipeline_epoch(self))
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Make the next iteration go on where :meth:`state_dict` was taken: in the same
-        reader, exactly; with the states of all readers merged (``wdspipes.merge_states``),
-        in a reader of any split, with its share of the work left in the epoch.
-
-        Raises:
-            ResumeError: the state is another pipeline's, or one reader's of a job with
-                several loaded into another reader.
-        """
-        restore_pipeline(self, state_dict)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Number the next epoch of the pipeline that ends in this stage ``epoch``, as
-        ``DistributedSampler.set_epoch`` (see :func:`wdspipes.core.seeds.set_pipeline_epoch`):
-        every random stage draws epoch ``epoch``'s numbers next, and the loader's epochs after
-        it count on from there.
-
-        Raises:
-            ValueError: ``epoch`` is not an int of at least 0.
-        """
-        set_pipeline_epoch(self, epoch)
