@@ -5,8 +5,11 @@ process, since the order of first imports is what it is about."""
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
+import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +125,27 @@ def test_webdatasets_module_paths_load_torch_only_for_names_that_need_it() -> No
         "False",
         "True",
     ]
+
+
+def test_the_core_stages_read_and_shuffle_shards_without_torch(tmp_path: Path) -> None:
+    """What ``wdspipes cat`` and ``reshard`` read through: the core classes of the read path
+    and the shuffle buffer, with their state, load no torch."""
+    shard = tmp_path / "s.tar"
+    with tarfile.open(shard, "w") as archive:
+        for index in range(6):
+            info = tarfile.TarInfo(f"{index:02d}.txt")
+            info.size = 1
+            archive.addfile(info, io.BytesIO(b"%d" % index))
+    out = run(
+        "import sys\n"
+        "from wdspipes.read.grouping import tar_samples\n"
+        "from wdspipes.samples.shuffle import BufferShuffler\n"
+        f"pipe = BufferShuffler(tar_samples([{str(shard)!r}]), bufsize=3, seed=1)\n"
+        "items = iter(pipe)\n"
+        "head = [next(items)['txt'] for _ in range(2)]\n"
+        "again = BufferShuffler(tar_samples([" + repr(str(shard)) + "]), bufsize=3, seed=1)\n"
+        "again.load_state_dict(pipe.state_dict())\n"
+        "whole = head + [sample['txt'] for sample in again]\n"
+        "print(sorted(whole) == [b'%d' % n for n in range(6)], 'torch' in sys.modules)\n"
+    )
+    assert out == "True False\n"

@@ -44,7 +44,6 @@ from wdspipes.errors import (
 from wdspipes.filters import getfirst, pipelinefilter
 from wdspipes.gopen import gopen
 from wdspipes.io import ShardStream, open_url, shard_url
-from wdspipes.io.opener import ShardOpener
 from wdspipes.io.readahead import ReadAhead, ReadStats
 from wdspipes.pipeline import (
     DataPipeline,
@@ -55,22 +54,26 @@ from wdspipes.pipeline import (
     WebLoader,
     tarfile_to_samples,
 )
-from wdspipes.read.directory import DirectoryShardList, ShardClaimer
-from wdspipes.read.grouping import SampleGrouper
-from wdspipes.read.random_access import IndexReader, SamplerIndices, ShardListDataset, wids_sample
-from wdspipes.read.samplers import ChunkedSampler, DistributedChunkedSampler, ShardedSampler
-from wdspipes.read.shards import (
+from wdspipes.pipes.read import (
+    CborLoader,
+    MsgpackLoader,
     ResampledShards,
+    SampleGrouper,
     ShardList,
     ShardLister,
+    ShardOpener,
     ShardResampler,
     SimpleShardList,
+    TarLoader,
     split_by_node,
     split_by_worker,
 )
+from wdspipes.pipes.samples import BufferShuffler
+from wdspipes.read.directory import DirectoryShardList, ShardClaimer
+from wdspipes.read.random_access import IndexReader, SamplerIndices, ShardListDataset, wids_sample
+from wdspipes.read.samplers import ChunkedSampler, DistributedChunkedSampler, ShardedSampler
 from wdspipes.read.specs import expand_urls
-from wdspipes.read.streams import CborLoader, MsgpackLoader, cbors_to_samples, msgpack_to_samples
-from wdspipes.read.tar import TarLoader
+from wdspipes.read.streams import cbors_to_samples, msgpack_to_samples
 from wdspipes.read.walk import TarMember, iter_tar
 from wdspipes.samples.batch import Batcher, SampleList, Unbatcher, batched, collate, unbatched
 from wdspipes.samples.decoders import (
@@ -111,7 +114,7 @@ from wdspipes.samples.fields import (
     to_tuple,
 )
 from wdspipes.samples.mix import Interleaver, RandomInterleaver, RandomMix, RoundRobin
-from wdspipes.samples.shuffle import BufferShuffler, detshuffle, shuffle
+from wdspipes.samples.shuffle import detshuffle, shuffle
 from wdspipes.tariterators import group_by_keys, tar_file_expander, url_opener
 from wdspipes.write import SampleEncoder, ShardWriter, TarWriter, encode_value
 from wdspipes.write.streams import CborWriter, MsgpackWriter

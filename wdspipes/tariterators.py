@@ -147,7 +147,7 @@ def url_opener(
     """Open each shard item of ``data`` (a URL, or a dict with the URL under ``"url"``): a
     dict of the item with the stream under ``"stream"`` (the item's keys kept). The stream is
     closed when the next shard is asked for. Without ``data``: wdspipes' opener stage, as
-    :func:`wdspipes.io.opener.url_opener` (see the module).
+    :func:`wdspipes.read.opener.url_opener` (see the module).
 
     Args:
         data: shard items.
@@ -155,7 +155,7 @@ def url_opener(
         **kw: passed to :func:`~wdspipes.gopen.gopen` (``bufsize=``, ``storage_options=``).
     """
     if not _is_source(data):
-        return _stage("wdspipes.io.opener", "url_opener", handler or data, kw)
+        return _stage("wdspipes.read.opener", "url_opener", handler or data, kw)
     return _open_each(data, handler or reraise_exception, **kw)  # type: ignore[arg-type]
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ParamSpec
 
+from wdspipes.core.stage import front_end_of
+
 __all__ = ["Stage", "is_stage_factory", "stage_factory"]
 
 P = ParamSpec("P")
@@ -32,7 +34,9 @@ class Stage:
         self.kwargs = kwargs
 
     def __call__(self, source: Any) -> Any:
-        return self.fn(source, *self.args, **self.kwargs)
+        """``fn(source, ...)``; for a stage's core class, its DataPipe front end where one is
+        loaded (a DataPipeline is made of DataPipes)."""
+        return front_end_of(self.fn)(source, *self.args, **self.kwargs)
 
     def __repr__(self) -> str:
         params = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]

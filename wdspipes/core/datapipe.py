@@ -15,6 +15,7 @@ from wdspipes.state.protocol import functional_names, name_stage
 __all__ = [
     "Sample",
     "StageDataPipe",
+    "front_end",
     "functional_stage",
     "registered_stage",
     "webdataset_call",
@@ -42,18 +43,32 @@ def functional_stage(name: str) -> Callable[[C], C]:
         def build(source: IterDataPipe[Any], /, *args: Any, **kwargs: Any) -> Any:
             return cls(source, *args, **kwargs)  # type: ignore[call-arg]
 
-        build.__doc__ = cls.__doc__
+        build.__doc__ = _core_of(cls).__doc__
         build.__name__ = build.__qualname__ = name
         build._wds_stage = cls  # type: ignore[attr-defined]
         IterDataPipe.register_function(name, build)
         name_stage(name, cls)
-        for base in cls.__bases__:
-            if issubclass(base, CoreStage) and not issubclass(base, IterDataPipe):
-                set_front_end(base, cls)
-                break
-        return cls
+        return front_end(cls)
 
     return register
+
+
+def front_end(cls: C) -> C:
+    """Record ``cls``, a DataPipe, as the front end of its core class (its first base that is
+    a :class:`~wdspipes.core.stage.CoreStage` but no DataPipe), which a pipeline of DataPipes
+    builds in its place (:func:`~wdspipes.core.stage.front_end_of`). Returns ``cls``."""
+    core = _core_of(cls)
+    if core is not cls:
+        set_front_end(core, cls)
+    return cls
+
+
+def _core_of(cls: type) -> type:
+    """The core class of a front end ``cls``; ``cls`` itself for a DataPipe without one."""
+    for base in cls.__bases__:
+        if issubclass(base, CoreStage) and not issubclass(base, IterDataPipe):
+            return base
+    return cls
 
 
 _CALLS: dict[str, Callable[..., Any]] = {}
@@ -62,7 +77,7 @@ _CALLS: dict[str, Callable[..., Any]] = {}
 def webdataset_call(name: str, call: Callable[..., Any]) -> None:
     """Have ``stage.<name>(...)`` on every wdspipes stage run ``call(stage, *args, **kwargs)``:
     for the names torch and torchdata own that webdataset's fluid interface calls its own way
-    (``shuffle``, ``map``, ``slice``, ``repeat``; see :mod:`wdspipes.samples.torch_names`,
+    (``shuffle``, ``map``, ``slice``, ``repeat``; see :mod:`wdspipes.pipes.torch_names`,
     which sets them). On torch's own DataPipes the names stay torch's.
     """
     _CALLS[name] = call
@@ -70,8 +85,8 @@ def webdataset_call(name: str, call: Callable[..., Any]) -> None:
 
 def _webdataset_call(name: str, stage: IterDataPipe[Any], args: Any, kwargs: Any) -> Any:
     call = _CALLS.get(name)
-    if call is None:  # wdspipes.samples not imported: the package is, so this is a bug
-        raise RuntimeError(f"webdataset's .{name} is not set up: import wdspipes.samples")
+    if call is None:  # no module of wdspipes.pipes imported: a stage made by hand
+        raise RuntimeError(f"webdataset's .{name} is not set up: import wdspipes.pipes")
     return call(stage, *args, **kwargs)
 
 
@@ -105,7 +120,7 @@ class StageDataPipe(CoreStage[T_co], IterDataPipe[T_co]):
     _is_child_datapipe = False
 
     # webdataset's calls of the names torch and torchdata own: methods of wdspipes' stages, so
-    # that torch's own DataPipes keep torch's meanings (see wdspipes.samples.torch_names)
+    # that torch's own DataPipes keep torch's meanings (see wdspipes.pipes.torch_names)
 
     def shuffle(self, *args: Any, **kwargs: Any) -> IterDataPipe[Any]:
         """``.shuffle(n, initial=..., seed=...)`` is webdataset's shuffle buffer

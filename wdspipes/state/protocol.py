@@ -75,16 +75,15 @@ def name_stage(name: str, cls: type) -> None:
     Raises:
         RuntimeError: the name is another stage's already.
     """
-    known = _FUNCTIONAL_NAMES.get(name)
-    if known is not None and not issubclass(cls, known):
+    known = _FUNCTIONAL_NAMES.setdefault(name, cls)
+    if not issubclass(cls, known):
         raise RuntimeError(f"the functional name {name!r} is {known.__qualname__}'s already")
-    _FUNCTIONAL_NAMES[name] = cls
     _NAME_OF[cls] = name
 
 
 def functional_names() -> dict[str, type]:
-    """wdspipes' registry: functional name -> stage class (its DataPipe front end where that
-    is loaded), for the stages loaded so far."""
+    """wdspipes' registry: functional name -> stage class (the core class of a DataPipe front
+    end), for the stages loaded so far."""
     return dict(_FUNCTIONAL_NAMES)
 
 

@@ -1,0 +1,10 @@
+"""The DataPipe front ends: each registered functional ``IterDataPipe`` of wdspipes is its
+core class (torch-free, in ``read/``, ``samples/``, ...) with torch's ``IterDataPipe`` added
+(:class:`~wdspipes.core.datapipe.StageDataPipe`) and its functional name registered on
+``IterDataPipe``. A front end adds nothing per item: it inherits its core class's
+``__iter__``. Importing a module of this folder loads torch.
+"""
+
+from wdspipes.pipes.torch_names import install
+
+install()  # the names torch and torchdata own, called webdataset's way on wdspipes' DataPipes
