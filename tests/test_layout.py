@@ -69,8 +69,6 @@ TORCH_AT_MODULE_LEVEL = {
     "wdspipes.read.directory",
     "wdspipes.samples.batch",
     "wdspipes.samples.decoders.decoder",
-    "wdspipes.samples.epochs",
-    "wdspipes.samples.fields",
     "wdspipes.samples.mix",
 }
 """The modules that may import torch (or torchdata) at their top, besides those of ``pipes``,

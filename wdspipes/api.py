@@ -68,7 +68,19 @@ from wdspipes.pipes.read import (
     split_by_node,
     split_by_worker,
 )
-from wdspipes.pipes.samples import BufferShuffler
+from wdspipes.pipes.samples import (
+    BufferShuffler,
+    EpochLimiter,
+    EpochRepeater,
+    FieldMapper,
+    ItemSlicer,
+    LengthSetter,
+    Renamer,
+    SampleMapper,
+    SampleSelector,
+    TupleMaker,
+    TupleMapper,
+)
 from wdspipes.read.directory import DirectoryShardList, ShardClaimer
 from wdspipes.read.random_access import IndexReader, SamplerIndices, ShardListDataset, wids_sample
 from wdspipes.read.samplers import ChunkedSampler, DistributedChunkedSampler, ShardedSampler
@@ -90,21 +102,11 @@ from wdspipes.samples.decoders import (
     handle_extension,
 )
 from wdspipes.samples.epochs import (
-    EpochLimiter,
-    EpochRepeater,
-    LengthSetter,
     repeat,
     with_epoch,
     with_length,
 )
 from wdspipes.samples.fields import (
-    FieldMapper,
-    ItemSlicer,
-    Renamer,
-    SampleMapper,
-    SampleSelector,
-    TupleMaker,
-    TupleMapper,
     map,
     map_dict,
     map_tuple,

@@ -45,9 +45,7 @@ from torch.utils.data import IterDataPipe
 
 from wdspipes.core.datapipe import webdataset_call
 from wdspipes.errors import TorchNameWarning
-from wdspipes.pipes.samples import BufferShuffler
-from wdspipes.samples.epochs import EpochRepeater
-from wdspipes.samples.fields import ItemSlicer, SampleMapper
+from wdspipes.pipes.samples import BufferShuffler, EpochRepeater, ItemSlicer, SampleMapper
 from wdspipes.samples.shuffle import seed_from
 
 __all__ = ["install"]
