@@ -68,7 +68,6 @@ TORCH_AT_MODULE_LEVEL = {
     # the stages still DataPipes themselves (issue 28: their core classes to come)
     "wdspipes.read.directory",
     "wdspipes.samples.batch",
-    "wdspipes.samples.decoders.decoder",
     "wdspipes.samples.mix",
 }
 """The modules that may import torch (or torchdata) at their top, besides those of ``pipes``,

@@ -12,6 +12,7 @@ walker knows no concrete stage)."""
 from __future__ import annotations
 
 import pickle
+import random
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -28,6 +29,7 @@ from torch.utils.data.graph_settings import apply_random_seed, apply_sharding
 
 import wdspipes as wds
 from wdspipes.core.datapipe import StageDataPipe
+from wdspipes.core.stage import front_end_of
 from wdspipes.errors import ResumeError
 from wdspipes.read.grouping import tar_samples
 from wdspipes.state.graph import chain_of
@@ -457,3 +459,61 @@ def test_a_datapipe_front_end_adds_nothing_per_item_and_iterates_as_its_core(
     assert [comparable(sample) for sample in pipe] == whole
     assert [head, *map(comparable, first)] == whole
     assert pipe._number_of_samples_yielded == 0  # torch's count, kept by its wrapper, not kept
+
+
+def as_core(pipe: Any) -> Any:
+    """The same pipeline made of the core classes: each DataPipe front end's object given its
+    core class, torch's ``IterableWrapper`` at the head replaced by the list it wraps; None
+    where a stage has no core class (torch's own, or a DataPipe that has none yet)."""
+    chain = chain_of(pipe)
+    for index, stage in enumerate(chain):
+        if isinstance(stage, IterableWrapper) and index == 0 and len(chain) > 1:
+            chain[1].source_datapipe = list(stage.iterable)
+            continue
+        core = type(stage).__mro__[1]
+        if front_end_of(core) is not type(stage):
+            return None
+        stage.__class__ = core
+    return pipe
+
+
+def seeded_core(pipe: Any, seed: int) -> Any:
+    """``pipe``, a chain of core classes, seeded as a loader seeds a DataPipe graph: each
+    stage with ``set_seed`` its own seed, drawn from ``seed``."""
+    rng = random.Random(seed)
+    for stage in chain_of(pipe):
+        if callable(getattr(stage, "set_seed", None)):
+            stage.set_seed(rng.getrandbits(62))
+    return pipe
+
+
+CORE_STAGES = sorted(
+    name for name, cls in registered_stages().items() if not issubclass(cls, IterDataPipe)
+)
+"""The registered stages whose class is a core class (its DataPipe a front end over it)."""
+
+
+@pytest.mark.parametrize("name", CORE_STAGES)
+def test_a_core_stage_resumes_exactly_or_refuses_by_name_without_datapipes(
+    name: str, stage_shards: Shards, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shared example of each stage with a core class, made of core classes only (no
+    DataPipe in the chain): it resumes exactly, or is refused by name, as its DataPipes are."""
+    core = as_core(EXAMPLES[name](stage_shards.paths))
+    assert core is not None and not any(isinstance(s, IterDataPipe) for s in chain_of(core))
+    monkeypatch.setitem(globals(), "seeded", seeded_core)
+    label = stage_name(registered_stages()[name])
+    refused = refusal(name)
+    assert_resumes_exactly(
+        lambda: as_core(EXAMPLES[name](stage_shards.paths)),
+        refused=lambda cut: None if refused(cut) is None else label,
+    )
+
+
+def test_the_read_path_and_the_sample_stages_have_core_classes() -> None:
+    assert set(CORE_STAGES) >= {
+        *("list_shards", "resample_shards", "open_shards", "load_tar", "group_samples"),
+        *("load_cbor", "load_msgpack", "buffer_shuffle", "decode", "to_tuple", "map_tuple"),
+        *("map_dict", "rename", "select", "map_samples", "islice", "with_epoch"),
+        *("with_length", "repeat_epochs"),
+    }

@@ -45,7 +45,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeGuard, cast, overload
 
-from wdspipes.core.loading import compat_name
+from wdspipes.core.loading import compat_name, load_api
 from wdspipes.core.names import split_name
 from wdspipes.errors import (
     DuplicateFieldError,
@@ -121,7 +121,9 @@ def valid_sample(sample: Any) -> TypeGuard[dict[str, Any]]:
 
 
 def _stage(module: str, name: str, handler: Any, options: dict[str, Any]) -> Stage:
-    """wdspipes' curried stage ``module.name(handler, **options)`` (loaded with torch)."""
+    """wdspipes' curried stage ``module.name(handler, **options)``, loaded with the DataPipes
+    (:mod:`wdspipes.api`: torch) that it builds."""
+    load_api()
     factory = getattr(importlib.import_module(module), name)
     return cast("Stage", factory(reraise_exception if handler is None else handler, **options))
 

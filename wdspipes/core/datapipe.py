@@ -96,18 +96,18 @@ def registered_stage(name: str) -> type | None:
 
 
 class StageDataPipe(CoreStage[T_co], IterDataPipe[T_co]):
-    """The base of every wdspipes stage: its state follows the state protocol, its per-item
-    bookkeeping in torch is cheap, and it mends DataLoader2 before DataLoader2 can run it.
+    """The base of every wdspipes DataPipe: its state follows the state protocol (its core
+    class's, :class:`~wdspipes.core.stage.CoreStage`), it carries webdataset's calls of the
+    names torch owns, and it mends DataLoader2 before DataLoader2 can run it.
 
-    Each stage declares how it resumes (see :class:`~wdspipes.state.protocol.Resumable` and
-    docs/guide/writing-a-stage.md): one that declares nothing is refused when the state is
-    asked for, with a :class:`~wdspipes.errors.ResumeError` naming it.
-
-    Torch wraps every ``__iter__`` and, for each item, checks
-    ``hasattr(datapipe, "_is_child_datapipe")``. On a plain IterDataPipe that lookup fails
-    through ``IterDataPipe.__getattr__`` and raises AttributeError, which costs more than most
-    stages' own work (1.6 µs against 0.45 µs per item on the reference machine). Our stages are
-    not the children of ``fork`` or ``demux``; saying so makes the check a class-attribute read.
+    A front end subclasses its core class and this, and inherits ``__iter__``: torch wraps
+    only an ``__iter__`` defined in a DataPipe class's own body, with per-item bookkeeping
+    (profiling, a count of items, one valid iterator at a time), so a front end adds nothing
+    per item. A DataPipe that defines ``__iter__`` itself is wrapped, and, for each item,
+    torch checks ``hasattr(datapipe, "_is_child_datapipe")``; on a plain IterDataPipe that
+    lookup fails through ``IterDataPipe.__getattr__``, which costs more than most stages' own
+    work. Our stages are not the children of ``fork`` or ``demux``; saying so makes the check
+    a class-attribute read.
 
     Torch's graph walk pickles only a stage's upstream DataPipes, and functions cross to
     worker processes through dill where plain pickle cannot (see :mod:`wdspipes.core.pickling`).

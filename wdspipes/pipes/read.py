@@ -139,4 +139,8 @@ def is_split(datapipe: IterDataPipe[Any]) -> bool:
 
 
 split_by_node = ShardSplit("split_by_node")
+"""webdataset's ``split_by_node``: in ``DataPipeline(...)``, the split of the shards among
+ranks and workers (see :class:`ShardSplit`)."""
 split_by_worker = ShardSplit("split_by_worker")
+"""webdataset's ``split_by_worker``: the same split as :data:`split_by_node` (one sharding
+filter splits among ranks and workers alike)."""

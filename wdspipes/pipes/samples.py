@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 
 from wdspipes.core.datapipe import Sample, StageDataPipe, functional_stage
 from wdspipes.samples import epochs, fields, shuffle
+from wdspipes.samples.decoders import decoder
 
 __all__ = [
     "BufferShuffler",
@@ -16,6 +17,7 @@ __all__ = [
     "ItemSlicer",
     "LengthSetter",
     "Renamer",
+    "SampleDecoder",
     "SampleMapper",
     "SampleSelector",
     "TupleMaker",
@@ -78,3 +80,8 @@ class LengthSetter(epochs.LengthSetter, StageDataPipe[Any]):
 @functional_stage("repeat_epochs")
 class EpochRepeater(epochs.EpochRepeater, StageDataPipe[Any]):
     """The DataPipe of :class:`wdspipes.samples.epochs.EpochRepeater`."""
+
+
+@functional_stage("decode")
+class SampleDecoder(decoder.SampleDecoder, StageDataPipe[Sample]):
+    """The DataPipe of :class:`wdspipes.samples.decoders.decoder.SampleDecoder`."""

@@ -12,7 +12,7 @@ A reader is the stage a pipeline resumes around (its
 :attr:`~wdspipes.state.protocol.Resumable.reader`). It links with the stages it works with
 as each of its epochs begins: it tells the stages before its ``open_shards`` that an epoch
 begins (:func:`wdspipes.state.graph.epoch_begins`), asks that opener to skip the shards read
-already (:meth:`~wdspipes.io.ShardOpener.resume_at`), and keeps a
+already (:meth:`~wdspipes.read.opener.ShardOpener.resume_at`), and keeps a
 :class:`~wdspipes.state.protocol.SamplePlaces` up to date for a shuffle buffer after it.
 """
 

@@ -120,11 +120,11 @@ class TarLoader(CoreStage[TarMember]):
     def iter_members(
         self, cursor: ShardCursor | None = None, starts: Mapping[int, int] | None = None
     ) -> Iterator[Member]:
-        """The members as plain tuples, without the per-item hooks torch wraps around
-        ``__iter__``.
+        """The members as plain tuples (not :class:`TarMember`), the failures of shards told.
 
         ``group_samples`` reads its upstream TarLoader through this: members are the finest
-        grain of the pipeline, and the hooks would cost more than parsing them.
+        grain of the pipeline, and making a named tuple of each would cost more than parsing
+        it.
 
         Args:
             cursor: if given, set to each shard's number and local file before its first
