@@ -86,7 +86,7 @@ from wdspipes.read.directory import DirectoryShardList, ShardClaimer
 from wdspipes.read.random_access import IndexReader, SamplerIndices, ShardListDataset, wids_sample
 from wdspipes.read.samplers import ChunkedSampler, DistributedChunkedSampler, ShardedSampler
 from wdspipes.read.specs import expand_urls
-from wdspipes.read.streams import cbors_to_samples, msgpack_to_samples
+from wdspipes.read.stream_shards import cbors_to_samples, msgpack_to_samples
 from wdspipes.read.walk import TarMember, iter_tar
 from wdspipes.samples.batch import Batcher, SampleList, Unbatcher, batched, collate, unbatched
 from wdspipes.samples.decoders import (
@@ -119,7 +119,7 @@ from wdspipes.samples.mix import Interleaver, RandomInterleaver, RandomMix, Roun
 from wdspipes.samples.shuffle import detshuffle, shuffle
 from wdspipes.tariterators import group_by_keys, tar_file_expander, url_opener
 from wdspipes.write import SampleEncoder, ShardWriter, TarWriter, encode_value
-from wdspipes.write.streams import CborWriter, MsgpackWriter
+from wdspipes.write.stream_shards import CborWriter, MsgpackWriter
 
 fix_dataloader2()  # if torchdata's DataLoader2 was imported first (see wdspipes.core.compat)
 mend_stateful_dataloader()  # states of other worker counts, epochs (see wdspipes.core.compat)

@@ -17,7 +17,7 @@ from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
 from wdspipes.core.datapipe import Sample, StageDataPipe, front_end, functional_stage
 from wdspipes.io.items import ShardItem
-from wdspipes.read import grouping, opener, shards, streams, tar
+from wdspipes.read import grouping, opener, shards, stream_shards, tar
 from wdspipes.read.opener import OpenedShard
 from wdspipes.read.specs import ShardSpec
 from wdspipes.read.walk import TarMember
@@ -77,13 +77,13 @@ class SampleGrouper(grouping.SampleGrouper, StageDataPipe[Sample]):
 
 
 @functional_stage("load_cbor")
-class CborLoader(streams.CborLoader, StageDataPipe[Sample]):
-    """The DataPipe of :class:`wdspipes.read.streams.CborLoader`."""
+class CborLoader(stream_shards.CborLoader, StageDataPipe[Sample]):
+    """The DataPipe of :class:`wdspipes.read.stream_shards.CborLoader`."""
 
 
 @functional_stage("load_msgpack")
-class MsgpackLoader(streams.MsgpackLoader, StageDataPipe[Sample]):
-    """The DataPipe of :class:`wdspipes.read.streams.MsgpackLoader`."""
+class MsgpackLoader(stream_shards.MsgpackLoader, StageDataPipe[Sample]):
+    """The DataPipe of :class:`wdspipes.read.stream_shards.MsgpackLoader`."""
 
 
 def ResampledShards(

@@ -15,7 +15,7 @@ it) is a :class:`~wdspipes.errors.StreamFormatError` naming the URL and the item
 offset. Items have no framing to resynchronise on, so a handler that continues skips the rest
 of that shard and goes on with the next. A shard cut exactly between two items cannot be told
 from a shorter one: it reads without an error, which is why the writers put a file under its
-name only once it is complete (:mod:`wdspipes.write.streams`).
+name only once it is complete (:mod:`wdspipes.write.stream_shards`).
 
 The loaders save their place for mid-epoch resume (:mod:`wdspipes.read.positions`): the next item's
 shard, byte offset and number in its shard.
