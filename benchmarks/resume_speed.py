@@ -87,7 +87,7 @@ def measure(urls: str, cut: int, repeat: int) -> dict[str, float]:
     state = pipe.state_dict()
 
     opened: list[str] = []
-    original = wds.io.opener.open_url
+    original = wds.read.opener.open_url
 
     def counting(url: str, **options: Any) -> Any:
         opened.append(url)
@@ -103,11 +103,11 @@ def measure(urls: str, cut: int, repeat: int) -> dict[str, float]:
         for _ in range(cut + 1):
             next(fresh)
 
-    wds.io.opener.open_url = counting
+    wds.read.opener.open_url = counting
     try:
         restore()
     finally:
-        wds.io.opener.open_url = original
+        wds.read.opener.open_url = original
     return {
         "size": len(pickle.dumps(state)),
         "opened": len(set(opened)),

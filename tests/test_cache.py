@@ -39,9 +39,9 @@ from torch.utils.data import DataLoader
 
 import wdspipes as wds
 import wdspipes.io.cache
-from wdspipes.io import opener
 from wdspipes.io.cache import ShardCache, _aux, _try_lock, _unlock, entry_name
 from wdspipes.io.urls import SCHEMES
+from wdspipes.read import opener
 
 Sample = dict[str, Any]
 

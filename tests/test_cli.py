@@ -26,8 +26,8 @@ from wdspipes.cli import cli, main
 from wdspipes.cli.cat import slice_items
 from wdspipes.cli.common import parse_size
 from wdspipes.cli.show import PAD
-from wdspipes.io import ShardOpener
 from wdspipes.read.grouping import SampleGrouper
+from wdspipes.read.opener import ShardOpener
 from wdspipes.read.shards import ShardList
 from wdspipes.read.tar import TarLoader
 

@@ -127,7 +127,7 @@ def test_shuffle_takes_webdatasets_rng() -> None:
     assert shuffled(rng=random.Random(5)) == shuffled(rng=random.Random(5))
     assert shuffled(rng=random.Random(5)) != shuffled(rng=random.Random(6))
     assert shuffled(seed=9) == list(wds.shuffle(8, 100, 9)(IterableWrapper(range(30))))
-    pipe = IterableWrapper(range(30))
+    pipe = IterableWrapper(range(30)).islice(None)  # a wdspipes stage
     assert list(pipe.shuffle(8, rng=random.Random(5))) == shuffled(rng=random.Random(5))
     with pytest.raises(ValueError, match="seed= or rng=, not both"):
         wds.shuffle(8, rng=random.Random(1), seed=2)

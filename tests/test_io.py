@@ -8,6 +8,7 @@ import io
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -214,6 +215,9 @@ def test_opener_closes_each_stream_when_the_next_is_requested(
     next(iterator)  # the consumer never closes what it gets
     next(iterator)
     assert [opened[f"test:{n}"].closed for n in range(2)] == [True, False]
+    deadline = time.monotonic() + 30  # read-ahead opens the third shard in the background
+    while readahead and len(opened) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert len(opened) == (3 if readahead else 2)  # the third shard opened ahead, or not yet
     del iterator
     gc.collect()

@@ -3,6 +3,10 @@ from those before it, so that a folder can be read knowing only those."""
 
 from __future__ import annotations
 
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
 from package_graph import imports_of, package_modules
 
 MAY_IMPORT = {
@@ -14,10 +18,12 @@ MAY_IMPORT = {
     "read": {"io", "core", "state", "errors", "redaction"},
     "samples": {"core", "state", "errors", "redaction"},
     "write": {"io", "samples", "core", "errors", "redaction"},
+    # the DataPipe front ends of the stages of read and samples, and torch's names on them
+    "pipes": {"read", "io", "samples", "core", "state", "errors", "redaction"},
     "loaders": {"core", "errors"},
     "nodes": {"errors"},  # the torchdata.nodes front end: over any pipeline, by its methods
-    "pipeline": {"read", "io", "samples", "core", "state", "errors", "redaction"},
-    "tools": {"pipeline", "write", "read", "io", "samples", "core", "state", "errors", "redaction"},
+    "pipeline": {"pipes", "read", "io", "samples", "core", "state", "errors", "redaction"},
+    "tools": {"write", "read", "io", "samples", "core", "state", "errors", "redaction"},
     # webdataset's module paths: facades over the stages, each from what it stands for
     "gopen": {"io", "core", "redaction"},
     "handlers": {"errors", "redaction"},
@@ -48,3 +54,66 @@ def test_each_folder_imports_only_the_folders_before_it() -> None:
             if part(imported) not in allowed | {part(name)}:
                 wrong.append(f"{name} imports {imported}")
     assert not wrong, "\n".join(wrong)
+
+
+TORCH_AT_MODULE_LEVEL = {
+    # the DataPipe front ends and what only they use
+    "wdspipes.core.datapipe",
+    "wdspipes.core.pickling",
+    "wdspipes.core.compat",
+    "wdspipes.core.loader_state",
+    "wdspipes.state.torch_stages",
+    "wdspipes.samples.handover",
+    "wdspipes.read.random_access",
+    "wdspipes.pipeline",
+    # the stages still DataPipes themselves (issue 28: their core classes to come)
+    "wdspipes.read.directory",
+    "wdspipes.samples.batch",
+    "wdspipes.samples.mix",
+}
+"""The modules that may import torch (or torchdata) at their top, besides those of ``pipes``,
+``nodes``, ``loaders``, ``api``, ``cli.show`` and ``demo``: every other imports it, if at all,
+inside the function that makes a tensor or meets one of torch's objects."""
+
+TORCH_ANYWHERE = ("wdspipes.pipes", "wdspipes.nodes", "wdspipes.demo", "wdspipes.cli.show")
+
+
+def torch_at_module_level(path: Path) -> bool:
+    """Whether the module imports torch or torchdata outside functions and type-checking
+    blocks (directly or through ``wdspipes`` modules is not asked here)."""
+    tree = ast.parse(path.read_text())
+
+    def top(nodes: list[ast.stmt]) -> Iterator[ast.stmt]:
+        for node in nodes:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            if isinstance(node, ast.If | ast.Try | ast.With):
+                inner = [*node.body, *getattr(node, "orelse", []), *getattr(node, "handlers", [])]
+                yield from top([n for n in inner if isinstance(n, ast.stmt)])
+                for handler in getattr(node, "handlers", []):
+                    yield from top(handler.body)
+                continue
+            yield node
+
+    for node in top(tree.body):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module]
+        else:
+            continue
+        if any(name.split(".")[0] in ("torch", "torchdata") for name in names):
+            return True
+    return False
+
+
+def test_only_the_front_ends_and_the_tensor_code_import_torch_at_module_level() -> None:
+    importing = {
+        name
+        for name, path in package_modules().items()
+        if torch_at_module_level(path)
+        and part(name) not in ("api", "loaders")
+        and not name.startswith(TORCH_ANYWHERE)
+    }
+    assert importing <= TORCH_AT_MODULE_LEVEL, sorted(importing - TORCH_AT_MODULE_LEVEL)
+    assert not TORCH_AT_MODULE_LEVEL - importing, "no longer imports torch: take it off the list"

@@ -1,11 +1,15 @@
-"""``import wdspipes`` loads no torch (wdspipes/core/loading.py), and programs still find every
-name and every functional stage, whatever they import first. Each case runs in a new Python
+"""``import wdspipes`` loads no torch and changes nothing of it (wdspipes/core/loading.py), and
+programs find every name and, once torch is loaded and a name of wdspipes used (or torch was
+loaded first), every functional stage. Each case runs in a new Python
 process, since the order of first imports is what it is about."""
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
+import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -29,39 +33,51 @@ def test_importing_the_package_loads_no_torch_and_a_name_loads_it() -> None:
     assert out.splitlines() == ["False True", "wdspipes.pipeline True"]
 
 
+def test_torch_first_registers_every_stage_on_import() -> None:
+    out = run(
+        "import torch; import wdspipes\n"
+        "from torch.utils.data import IterDataPipe as D\n"
+        "from torch.utils.data.datapipes.iter import IterableWrapper\n"
+        "print(sorted({'load_tar', 'group_samples', 'buffer_shuffle'} - set(D.functions)))\n"
+        "print(type(IterableWrapper(['a.tar']).open_shards().load_tar()).__name__)\n"
+    )
+    assert out.splitlines() == ["[]", "TarLoader"]
+
+
 @pytest.mark.parametrize(
     "first",
     [
-        "import wdspipes; import torch",  # wdspipes first: registered when torch loads
-        "import torch; import wdspipes",  # torch first: registered on import, as before
+        "import wdspipes; import torch",
         pytest.param(  # torch loaded through another package (torchdata 0.8 and 0.9's DataPipes)
             "import wdspipes; import torchdata.datapipes", marks=pytest.mark.dataloader2
         ),
+        "import wdspipes.read.tar",  # a stage module first: torch loads half-way through it
     ],
 )
-def test_every_stage_is_registered_once_both_are_imported(first: str) -> None:
+def test_wdspipes_first_changes_nothing_of_torch_and_a_name_registers_the_stages(
+    first: str,
+) -> None:
+    """No import hook: torch's import system, ``IterDataPipe.__getattr__`` and its registry
+    stay torch's; the stages' functional names come with the first name of wdspipes."""
     out = run(
+        "import sys\n"
+        "hooks = list(sys.meta_path)\n"
         f"{first}\n"
+        "import torch\n"
         "from torch.utils.data import IterDataPipe as D\n"
-        "print(sorted({'load_tar', 'group_samples', 'buffer_shuffle'} - set(D.functions)))\n"
-    )
-    assert out == "[]\n"
-
-
-def test_chaining_works_after_importing_a_stage_module_first() -> None:
-    """torch loads while wdspipes.read.tar is half-imported: the stages cannot all load then,
-    and the first functional name asked of a torch DataPipe loads them."""
-    out = run(
-        "import wdspipes.read.tar\n"
+        "from torch.utils.data.datapipes.datapipe import IterDataPipe as Torchs\n"
         "from torch.utils.data.datapipes.iter import IterableWrapper\n"
-        "pipe = IterableWrapper(['a.tar']).open_shards().load_tar().group_samples()\n"
-        "print(type(pipe).__name__)\n"
+        "print(sys.meta_path == hooks, D.__getattr__ is Torchs.__getattr__)\n"
         "try:\n"
-        "    IterableWrapper([1]).no_such_stage()\n"
+        "    IterableWrapper(['a.tar']).group_samples()\n"
         "except AttributeError as exn:\n"
-        "    print('AttributeError', 'no_such_stage' in str(exn))\n"
+        "    print('AttributeError', 'group_samples' in str(exn))\n"
+        "import wdspipes as wds\n"
+        "wds.ShardList  # the first name of wdspipes: the api loads\n"
+        "print(type(IterableWrapper(['a.tar']).open_shards().load_tar().group_samples()).__name__)\n"
+        "print(type(D.functions) is dict)\n"
     )
-    assert out.splitlines() == ["SampleGrouper", "AttributeError True"]
+    assert out.splitlines() == ["True True", "AttributeError True", "SampleGrouper", "True"]
 
 
 def test_names_star_import_and_missing_names() -> None:
@@ -111,3 +127,27 @@ def test_webdatasets_module_paths_load_torch_only_for_names_that_need_it() -> No
         "False",
         "True",
     ]
+
+
+def test_the_core_stages_read_and_shuffle_shards_without_torch(tmp_path: Path) -> None:
+    """What ``wdspipes cat`` and ``reshard`` read through: the core classes of the read path
+    and the shuffle buffer, with their state, load no torch."""
+    shard = tmp_path / "s.tar"
+    with tarfile.open(shard, "w") as archive:
+        for index in range(6):
+            info = tarfile.TarInfo(f"{index:02d}.txt")
+            info.size = 1
+            archive.addfile(info, io.BytesIO(b"%d" % index))
+    out = run(
+        "import sys\n"
+        "from wdspipes.read.grouping import tar_samples\n"
+        "from wdspipes.samples.shuffle import BufferShuffler\n"
+        f"pipe = BufferShuffler(tar_samples([{str(shard)!r}]), bufsize=3, seed=1)\n"
+        "items = iter(pipe)\n"
+        "head = [next(items)['txt'] for _ in range(2)]\n"
+        "again = BufferShuffler(tar_samples([" + repr(str(shard)) + "]), bufsize=3, seed=1)\n"
+        "again.load_state_dict(pipe.state_dict())\n"
+        "whole = head + [sample['txt'] for sample in again]\n"
+        "print(sorted(whole) == [b'%d' % n for n in range(6)], 'torch' in sys.modules)\n"
+    )
+    assert out == "True False\n"

@@ -31,11 +31,11 @@ from shardgen import Shards, make_tar, write_shards
 from torch.utils.data.graph_settings import apply_sharding
 
 import wdspipes as wds
-from wdspipes.io import opener as opener_module
 from wdspipes.io.items import shard_url
-from wdspipes.io.opener import ShardOpener
 from wdspipes.io.readahead import Lookahead, Prefetcher, ReadAhead, ReadStats, readahead_config
 from wdspipes.io.urls import SCHEMES
+from wdspipes.read import opener as opener_module
+from wdspipes.read.opener import ShardOpener
 
 Sample = dict[str, Any]
 

@@ -363,13 +363,13 @@ def test_restoring_reads_only_the_shards_it_needs(
         next(items)
     state = pipe.state_dict()
     opened: list[str] = []
-    original = wds.io.opener.open_url
+    original = wds.read.opener.open_url
 
     def counting(url: str, **options: Any) -> Any:
         opened.append(os.path.basename(url))
         return original(url, **options)
 
-    monkeypatch.setattr(wds.io.opener, "open_url", counting)
+    monkeypatch.setattr(wds.read.opener, "open_url", counting)
     again = wds.WebDataset(epoch_shards.spec, seed=3).buffer_shuffle(50, initial=50, seed=4)
     again.load_state_dict(state)
     next(iter(again))

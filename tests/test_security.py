@@ -301,8 +301,6 @@ def test_secrets_are_absent_from_errors_and_reprs(server: str) -> None:
     with pytest.raises(wds.ShardOpenError) as caught:
         list(wds.WebDataset(url, storage_options=options))
     message = str(caught.value)
-    assert "ShardOpener(" in message, "torch's note names the stage's arguments"
-    assert "storage_options={'key': '***', 'secret': '***'}" in message
     assert "ann:***@127.0.0.1" in message and "X-Amz-Signature=***" in message
     assert_no_secret(message)
     assert_no_secret(caught.value.url or "")

@@ -12,6 +12,7 @@ walker knows no concrete stage)."""
 from __future__ import annotations
 
 import pickle
+import random
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -28,7 +29,9 @@ from torch.utils.data.graph_settings import apply_random_seed, apply_sharding
 
 import wdspipes as wds
 from wdspipes.core.datapipe import StageDataPipe
+from wdspipes.core.stage import front_end_of
 from wdspipes.errors import ResumeError
+from wdspipes.read.grouping import tar_samples
 from wdspipes.state.graph import chain_of
 from wdspipes.state.protocol import stage_name
 from wdspipes.state.torch_stages import TORCH_STAGES, part_of
@@ -316,7 +319,7 @@ TORCH_EXAMPLES: dict[
         lambda urls: samples(urls).shuffle().to_tuple("__key__"),
         refused_once_begun("ShufflerIterDataPipe (shuffle) cannot save the samples in its buffer"),
     ),
-    # webdataset's calls of torch's names (wdspipes.samples.torch_names): wdspipes' stages
+    # webdataset's calls of torch's names (wdspipes.pipes.torch_names): wdspipes' stages
     "shuffle(n), webdataset's": (lambda urls: samples(urls).shuffle(5, initial=3), resumes),
     "shuffle(n) before the reader": (
         lambda urls: reader(wds.ShardList(urls).shuffle(4).sharding_filter()),
@@ -326,7 +329,10 @@ TORCH_EXAMPLES: dict[
         lambda urls: samples(urls).map(key_of, handler=wds.reraise_exception).shuffle(4),
         resumes,
     ),
-    "map(f) on samples, watched": (lambda urls: samples(urls).map(key_of).shuffle(4), resumes),
+    "map(f) on samples, watched": (
+        lambda urls: samples(urls).map(key_of).buffer_shuffle(4),
+        resumes,
+    ),
 }
 
 
@@ -387,3 +393,127 @@ def test_the_state_walker_and_protocol_import_no_stage() -> None:
     for module in modules:
         imported = imports_of(PACKAGE / "state" / f"{module}.py")
         assert imported <= allowed, f"wdspipes.state.{module} imports {sorted(imported - allowed)}"
+
+
+# --- the core classes, without torch's DataPipes -------------------------------------------
+
+
+def read_chain(paths: list[str], core: bool) -> Any:
+    """Shards shuffled, opened, read and grouped, samples shuffled: the core classes (plain
+    iterables, no DataPipe in the chain) or their DataPipe front ends."""
+    from wdspipes.read import grouping, opener, shards, tar
+    from wdspipes.samples import shuffle
+
+    if core:
+        lister, shard_opener, loader, grouper, shuffler = (
+            shards.ShardList,
+            opener.ShardOpener,
+            tar.TarLoader,
+            grouping.SampleGrouper,
+            shuffle.BufferShuffler,
+        )
+    else:
+        lister, shard_opener, loader, grouper, shuffler = (
+            wds.ShardList,
+            wds.ShardOpener,
+            wds.TarLoader,
+            wds.SampleGrouper,
+            wds.BufferShuffler,
+        )
+    urls = shuffler(lister(paths), bufsize=4, seed=5)
+    samples = grouper(loader(shard_opener(urls)))
+    return shuffler(samples, bufsize=5, initial=3, seed=6)
+
+
+def test_a_core_chain_resumes_exactly_as_its_datapipe_twin(stage_shards: Shards) -> None:
+    core = read_chain(stage_shards.paths, core=True)
+    assert not any(isinstance(stage, IterDataPipe) for stage in chain_of(core))
+    whole = [comparable(sample) for sample in core]
+    assert whole == [comparable(sample) for sample in read_chain(stage_shards.paths, core=False)]
+    for cut in (0, 1, 5, len(whole) - 1):
+        states = []
+        for is_core in (True, False):
+            pipe = read_chain(stage_shards.paths, core=is_core)
+            items = iter(pipe)
+            head = [comparable(next(items)) for _ in range(cut)]
+            states.append(pickle.loads(pickle.dumps(pipe.state_dict())))
+            assert head == whole[:cut]
+        assert states[0] == states[1], "the same state, the same keys"
+        for is_core, state in ((True, states[1]), (False, states[0])):  # each takes the other's
+            again = read_chain(stage_shards.paths, core=is_core)
+            again.load_state_dict(state)
+            assert whole[:cut] + [comparable(sample) for sample in again] == whole, cut
+
+
+def test_a_datapipe_front_end_adds_nothing_per_item_and_iterates_as_its_core(
+    stage_shards: Shards,
+) -> None:
+    """A front end inherits ``__iter__`` from its core class, so torch does not wrap it with
+    its per-item bookkeeping: a second iterator does not invalidate the first (torch's check
+    raised RuntimeError), each reads on its own."""
+    pipe = wds.ShardList(stage_shards.paths).open_shards().load_tar().group_samples()
+    assert "__iter__" not in vars(type(pipe))
+    whole = [comparable(sample) for sample in tar_samples(stage_shards.paths)]
+    first = iter(pipe)
+    head = comparable(next(first))
+    assert [comparable(sample) for sample in pipe] == whole
+    assert [head, *map(comparable, first)] == whole
+    assert pipe._number_of_samples_yielded == 0  # torch's count, kept by its wrapper, not kept
+
+
+def as_core(pipe: Any) -> Any:
+    """The same pipeline made of the core classes: each DataPipe front end's object given its
+    core class, torch's ``IterableWrapper`` at the head replaced by the list it wraps; None
+    where a stage has no core class (torch's own, or a DataPipe that has none yet)."""
+    chain = chain_of(pipe)
+    for index, stage in enumerate(chain):
+        if isinstance(stage, IterableWrapper) and index == 0 and len(chain) > 1:
+            chain[1].source_datapipe = list(stage.iterable)
+            continue
+        core = type(stage).__mro__[1]
+        if front_end_of(core) is not type(stage):
+            return None
+        stage.__class__ = core
+    return pipe
+
+
+def seeded_core(pipe: Any, seed: int) -> Any:
+    """``pipe``, a chain of core classes, seeded as a loader seeds a DataPipe graph: each
+    stage with ``set_seed`` its own seed, drawn from ``seed``."""
+    rng = random.Random(seed)
+    for stage in chain_of(pipe):
+        if callable(getattr(stage, "set_seed", None)):
+            stage.set_seed(rng.getrandbits(62))
+    return pipe
+
+
+CORE_STAGES = sorted(
+    name for name, cls in registered_stages().items() if not issubclass(cls, IterDataPipe)
+)
+"""The registered stages whose class is a core class (its DataPipe a front end over it)."""
+
+
+@pytest.mark.parametrize("name", CORE_STAGES)
+def test_a_core_stage_resumes_exactly_or_refuses_by_name_without_datapipes(
+    name: str, stage_shards: Shards, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shared example of each stage with a core class, made of core classes only (no
+    DataPipe in the chain): it resumes exactly, or is refused by name, as its DataPipes are."""
+    core = as_core(EXAMPLES[name](stage_shards.paths))
+    assert core is not None and not any(isinstance(s, IterDataPipe) for s in chain_of(core))
+    monkeypatch.setitem(globals(), "seeded", seeded_core)
+    label = stage_name(registered_stages()[name])
+    refused = refusal(name)
+    assert_resumes_exactly(
+        lambda: as_core(EXAMPLES[name](stage_shards.paths)),
+        refused=lambda cut: None if refused(cut) is None else label,
+    )
+
+
+def test_the_read_path_and_the_sample_stages_have_core_classes() -> None:
+    assert set(CORE_STAGES) >= {
+        *("list_shards", "resample_shards", "open_shards", "load_tar", "group_samples"),
+        *("load_cbor", "load_msgpack", "buffer_shuffle", "decode", "to_tuple", "map_tuple"),
+        *("map_dict", "rename", "select", "map_samples", "islice", "with_epoch"),
+        *("with_length", "repeat_epochs"),
+    }

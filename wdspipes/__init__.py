@@ -5,10 +5,10 @@ The package registers its functional stages on ``IterDataPipe``: ``list_shards``
 ``load_msgpack``, ``decode``, ``buffer_shuffle``, ``to_tuple``, ``map_tuple``, ``map_dict``,
 ``rename``, ``select``, ``map_samples``, ``islice``, ``batched``, ``unbatched``, ``with_epoch``,
 ``with_length`` and ``repeat_epochs``. ``import wdspipes`` itself loads nothing of torch, so
-that the ``wdspipes`` command starts at once: the names of the package (all of
-:mod:`wdspipes.api`) load with its first use, and a functional name asked of a torch
-DataPipe loads them too, so a program may import wdspipes and torch in either order and chain
-at once (:mod:`wdspipes.core.loading`).
+that the ``wdspipes`` command starts at once, and changes nothing of torch: the names of the
+package (all of :mod:`wdspipes.api`) load with its first use, or at once if torch is loaded
+already; a program that imports torch after wdspipes uses a wdspipes name before it chains
+a functional name on torch's own DataPipes (:mod:`wdspipes.core.loading`).
 
 The folders are the way data moves: ``core`` (the stage base and registration, curried stages,
 seeds, ranks and workers, the state protocol and its walker, torchdata's mends), ``read``
@@ -49,4 +49,4 @@ def __dir__() -> list[str]:
     return loading.api_dir(globals())
 
 
-loading.when_torch_loads()
+loading.load_api_if_torch_is_loaded()

@@ -46,7 +46,6 @@ from wdspipes.errors import (
 from wdspipes.filters import getfirst, pipelinefilter
 from wdspipes.gopen import gopen
 from wdspipes.io import ShardStream, open_url, shard_url
-from wdspipes.io.opener import ShardOpener
 from wdspipes.io.readahead import ReadAhead, ReadStats
 from wdspipes.nodes import as_node
 from wdspipes.pipeline import (
@@ -58,22 +57,39 @@ from wdspipes.pipeline import (
     WebLoader,
     tarfile_to_samples,
 )
-from wdspipes.read.directory import DirectoryShardList, ShardClaimer
-from wdspipes.read.grouping import SampleGrouper
-from wdspipes.read.random_access import IndexReader, SamplerIndices, ShardListDataset, wids_sample
-from wdspipes.read.samplers import ChunkedSampler, DistributedChunkedSampler, ShardedSampler
-from wdspipes.read.shards import (
+from wdspipes.pipes.read import (
+    CborLoader,
+    MsgpackLoader,
     ResampledShards,
+    SampleGrouper,
     ShardList,
     ShardLister,
+    ShardOpener,
     ShardResampler,
     SimpleShardList,
+    TarLoader,
     split_by_node,
     split_by_worker,
 )
+from wdspipes.pipes.samples import (
+    BufferShuffler,
+    EpochLimiter,
+    EpochRepeater,
+    FieldMapper,
+    ItemSlicer,
+    LengthSetter,
+    Renamer,
+    SampleDecoder,
+    SampleMapper,
+    SampleSelector,
+    TupleMaker,
+    TupleMapper,
+)
+from wdspipes.read.directory import DirectoryShardList, ShardClaimer
+from wdspipes.read.random_access import IndexReader, SamplerIndices, ShardListDataset, wids_sample
+from wdspipes.read.samplers import ChunkedSampler, DistributedChunkedSampler, ShardedSampler
 from wdspipes.read.specs import expand_urls
-from wdspipes.read.streams import CborLoader, MsgpackLoader, cbors_to_samples, msgpack_to_samples
-from wdspipes.read.tar import TarLoader
+from wdspipes.read.stream_shards import cbors_to_samples, msgpack_to_samples
 from wdspipes.read.walk import TarMember, iter_tar
 from wdspipes.samples.batch import Batcher, SampleList, Unbatcher, batched, collate, unbatched
 from wdspipes.samples.decoders import (
@@ -84,27 +100,16 @@ from wdspipes.samples.decoders import (
     ImageFormatError,
     ImageTooLargeError,
     RandomResizedCrop,
-    SampleDecoder,
     UntrustedDataError,
     decode,
     handle_extension,
 )
 from wdspipes.samples.epochs import (
-    EpochLimiter,
-    EpochRepeater,
-    LengthSetter,
     repeat,
     with_epoch,
     with_length,
 )
 from wdspipes.samples.fields import (
-    FieldMapper,
-    ItemSlicer,
-    Renamer,
-    SampleMapper,
-    SampleSelector,
-    TupleMaker,
-    TupleMapper,
     map,
     map_dict,
     map_tuple,
@@ -114,10 +119,10 @@ from wdspipes.samples.fields import (
     to_tuple,
 )
 from wdspipes.samples.mix import Interleaver, RandomInterleaver, RandomMix, RoundRobin
-from wdspipes.samples.shuffle import BufferShuffler, detshuffle, shuffle
+from wdspipes.samples.shuffle import detshuffle, shuffle
 from wdspipes.tariterators import group_by_keys, tar_file_expander, url_opener
 from wdspipes.write import SampleEncoder, ShardWriter, TarWriter, encode_value
-from wdspipes.write.streams import CborWriter, MsgpackWriter
+from wdspipes.write.stream_shards import CborWriter, MsgpackWriter
 
 fix_dataloader2()  # if torchdata's DataLoader2 was imported first (see wdspipes.core.compat)
 mend_stateful_dataloader()  # states of other worker counts, epochs (see wdspipes.core.compat)

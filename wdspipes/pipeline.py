@@ -18,16 +18,21 @@ from wdspipes.core.curried import Stage, is_stage_factory, stage_factory
 from wdspipes.core.datapipe import StageDataPipe
 from wdspipes.core.distributed import declares_per_worker
 from wdspipes.errors import Handler, ResumeError, reraise_exception
-from wdspipes.io import ShardItem, ShardOpener
+from wdspipes.io import ShardItem
 from wdspipes.io.cache import DEFAULT_CACHE_SIZE, CacheDir, StorageOptions, opener_options
 from wdspipes.io.pipe import Commands
 from wdspipes.io.readahead import ReadAhead
-from wdspipes.read.grouping import SampleGrouper
-from wdspipes.read.shards import ShardList, ShardResampler, ShardSplit
+from wdspipes.pipes.read import (
+    SampleGrouper,
+    ShardList,
+    ShardOpener,
+    ShardResampler,
+    ShardSplit,
+    TarLoader,
+)
+from wdspipes.pipes.samples import BufferShuffler
 from wdspipes.read.specs import ShardSpec
-from wdspipes.read.tar import TarLoader
 from wdspipes.read.walk import MAX_MEMBER_SIZE
-from wdspipes.samples.shuffle import BufferShuffler
 
 __all__ = [
     "DataPipeline",
@@ -205,7 +210,7 @@ class WebLoader(IterableSource):
 
     Its use is to mix samples across worker processes: batch small in the workers, then
     ``WebLoader(pipe, batch_size=None, num_workers=4).unbatched().shuffle(1000).batched(64)``
-    (``.shuffle(1000)`` is ``.buffer_shuffle(1000)``: see :mod:`wdspipes.samples.torch_names`).
+    (``.shuffle(1000)`` is ``.buffer_shuffle(1000)``: see :mod:`wdspipes.pipes.torch_names`).
     Every functional stage chains on it, as on any DataPipe (``unbatched``, ``batched``,
     ``map_samples``, ``to_tuple``, ``with_epoch``, ``with_length``, ...). The pipeline it
     ends cannot save its state (a :class:`~wdspipes.errors.ResumeError` says so).
@@ -368,12 +373,12 @@ def tarfile_to_samples(
     """Shard URLs to samples: ``open_shards().load_tar().group_samples()``, one handler for all.
 
     ``cache_dir``, ``cache_size``, ``storage_options``, ``commands`` and ``readahead`` go to
-    the opener (see :class:`~wdspipes.io.ShardOpener`): with a ``cache_dir``, remote shards are
-    cached there and samples carry ``__local_path__``; ``readahead=False`` turns read-ahead
-    off. ``ignore_zeros``, ``strict_end`` and ``max_member_size`` go to the tar loader (see
-    :class:`~wdspipes.read.tar.TarLoader`): read on past zero blocks, as in archives joined
-    with ``cat``; refuse a shard without its end-of-archive marker; the most bytes a member
-    may declare.
+    the opener (see :class:`~wdspipes.read.opener.ShardOpener`): with a ``cache_dir``, remote
+    shards are cached there and samples carry ``__local_path__``; ``readahead=False`` turns
+    read-ahead off. ``ignore_zeros``, ``strict_end`` and ``max_member_size`` go to the tar
+    loader (see :class:`~wdspipes.read.tar.TarLoader`): read on past zero blocks, as in
+    archives joined with ``cat``; refuse a shard without its end-of-archive marker; the most
+    bytes a member may declare.
 
     >>> tarfile_to_samples()
     _tarfile_to_samples(handler=<function reraise_exception at ...>)

@@ -45,7 +45,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeGuard, cast, overload
 
-from wdspipes.core.loading import compat_name
+from wdspipes.core.loading import compat_name, load_api
 from wdspipes.core.names import split_name
 from wdspipes.errors import (
     DuplicateFieldError,
@@ -121,7 +121,9 @@ def valid_sample(sample: Any) -> TypeGuard[dict[str, Any]]:
 
 
 def _stage(module: str, name: str, handler: Any, options: dict[str, Any]) -> Stage:
-    """wdspipes' curried stage ``module.name(handler, **options)`` (loaded with torch)."""
+    """wdspipes' curried stage ``module.name(handler, **options)``, loaded with the DataPipes
+    (:mod:`wdspipes.api`: torch) that it builds."""
+    load_api()
     factory = getattr(importlib.import_module(module), name)
     return cast("Stage", factory(reraise_exception if handler is None else handler, **options))
 
@@ -147,7 +149,7 @@ def url_opener(
     """Open each shard item of ``data`` (a URL, or a dict with the URL under ``"url"``): a
     dict of the item with the stream under ``"stream"`` (the item's keys kept). The stream is
     closed when the next shard is asked for. Without ``data``: wdspipes' opener stage, as
-    :func:`wdspipes.io.opener.url_opener` (see the module).
+    :func:`wdspipes.read.opener.url_opener` (see the module).
 
     Args:
         data: shard items.
@@ -155,7 +157,7 @@ def url_opener(
         **kw: passed to :func:`~wdspipes.gopen.gopen` (``bufsize=``, ``storage_options=``).
     """
     if not _is_source(data):
-        return _stage("wdspipes.io.opener", "url_opener", handler or data, kw)
+        return _stage("wdspipes.read.opener", "url_opener", handler or data, kw)
     return _open_each(data, handler or reraise_exception, **kw)  # type: ignore[arg-type]
 
 

@@ -34,7 +34,7 @@ from wdspipes.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from wdspipes.core.datapipe import Sample
+    from wdspipes.core.stage import Sample
 
 __all__ = ["cat", "parse_slice", "slice_items"]
 
@@ -164,12 +164,9 @@ def cat(
     reader = read_samples(urls, desc=output, ignore_zeros=ignore_zeros)
     samples: Iterable[Sample] = reader
     if bufsize is not None:
-        from torch.utils.data.datapipes.iter import IterableWrapper  # torch, with the reading
+        from wdspipes.samples.shuffle import BufferShuffler  # the core stage: no torch
 
-        from wdspipes.samples.shuffle import BufferShuffler
-
-        source = IterableWrapper(reader, deepcopy=False)
-        samples = BufferShuffler(source, bufsize=bufsize, initial=bufsize, seed=seed)
+        samples = BufferShuffler(reader, bufsize=bufsize, initial=bufsize, seed=seed)
     if bounds is not None:
         samples = slice_items(samples, *bounds)
     count = members = data_bytes = 0

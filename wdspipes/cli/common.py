@@ -32,7 +32,7 @@ from wdspipes.redaction import printable, redact
 from wdspipes.tools.progress import progress
 
 if TYPE_CHECKING:
-    from wdspipes.core.datapipe import Sample
+    from wdspipes.core.stage import Sample
     from wdspipes.write import TarWriter
 
 __all__ = [
@@ -211,13 +211,9 @@ def read_samples(
     Raises:
         WdsError: a shard cannot be opened or read, or a sample has a duplicate field.
     """
-    from wdspipes.io.opener import ShardOpener  # torch: only commands that read load it
-    from wdspipes.read.grouping import SampleGrouper
-    from wdspipes.read.shards import ShardList
-    from wdspipes.read.tar import TarLoader
+    from wdspipes.read.grouping import tar_samples  # the core stages: no torch
 
-    loader = TarLoader(ShardOpener(ShardList(list(urls))), ignore_zeros=ignore_zeros)
-    samples = SampleGrouper(loader)
+    samples = tar_samples(urls, ignore_zeros=ignore_zeros)
     with progress(unit=" samples", desc=desc) as bar:
         for sample in samples:
             bar.update()

@@ -30,7 +30,7 @@ from wdspipes.errors import DecodeError
 from wdspipes.io.sinks import open_sink
 
 if TYPE_CHECKING:
-    from wdspipes.core.datapipe import Sample
+    from wdspipes.core.stage import Sample
 
 __all__ = ["PAD", "Tile", "contact_sheet", "first_image", "show"]
 

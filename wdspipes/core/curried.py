@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, ParamSpec
 
-from torch.utils.data import IterDataPipe
+from wdspipes.core.stage import front_end_of
 
 __all__ = ["Stage", "is_stage_factory", "stage_factory"]
 
@@ -28,13 +28,15 @@ class Stage:
     """A stage waiting for its upstream: ``Stage(fn, *args, **kwargs)(source)`` is
     ``fn(source, *args, **kwargs)``. Picklable when ``fn`` and the arguments are."""
 
-    def __init__(self, fn: Callable[..., IterDataPipe[Any]], *args: Any, **kwargs: Any) -> None:
+    def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
 
-    def __call__(self, source: IterDataPipe[Any]) -> IterDataPipe[Any]:
-        return self.fn(source, *self.args, **self.kwargs)
+    def __call__(self, source: Any) -> Any:
+        """``fn(source, ...)``; for a stage's core class, its DataPipe front end where one is
+        loaded (a DataPipeline is made of DataPipes)."""
+        return front_end_of(self.fn)(source, *self.args, **self.kwargs)
 
     def __repr__(self) -> str:
         params = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]

@@ -9,21 +9,19 @@ from torch.utils.data import IterDataPipe
 
 from wdspipes.core.compat import fix_dataloader2
 from wdspipes.core.pickling import restored_state, stage_state
-from wdspipes.core.seeds import pipeline_epoch, set_pipeline_epoch
-from wdspipes.state.checkpoint import pipeline_state, restore_pipeline
-from wdspipes.state.protocol import Resumable
+from wdspipes.core.stage import CoreStage, Sample, set_front_end
+from wdspipes.state.protocol import functional_names, name_stage
 
 __all__ = [
     "Sample",
     "StageDataPipe",
+    "front_end",
     "functional_stage",
     "registered_stage",
-    "until_registered",
+    "webdataset_call",
 ]
 
 T_co = TypeVar("T_co", covariant=True)
-Sample = dict[str, Any]
-"""A sample: ``__key__``, ``__url__`` and one value per field."""
 C = TypeVar("C", bound=type)
 
 
@@ -45,47 +43,71 @@ def functional_stage(name: str) -> Callable[[C], C]:
         def build(source: IterDataPipe[Any], /, *args: Any, **kwargs: Any) -> Any:
             return cls(source, *args, **kwargs)  # type: ignore[call-arg]
 
-        build.__doc__ = cls.__doc__
+        build.__doc__ = _core_of(cls).__doc__
         build.__name__ = build.__qualname__ = name
         build._wds_stage = cls  # type: ignore[attr-defined]
         IterDataPipe.register_function(name, build)
-        return cls
+        name_stage(name, cls)
+        return front_end(cls)
 
     return register
 
 
-_UNREGISTERED: dict[str, Callable[[IterDataPipe[Any]], Any]] = {}
+def front_end(cls: C) -> C:
+    """Record ``cls``, a DataPipe, as the front end of its core class (its first base that is
+    a :class:`~wdspipes.core.stage.CoreStage` but no DataPipe), which a pipeline of DataPipes
+    builds in its place (:func:`~wdspipes.core.stage.front_end_of`). Returns ``cls``."""
+    core = _core_of(cls)
+    if core is not cls:
+        set_front_end(core, cls)
+    return cls
 
 
-def until_registered(name: str, attribute: Callable[[IterDataPipe[Any]], Any]) -> None:
-    """What ``stage.<name>`` gives on a wdspipes stage while no DataPipe is registered under
-    ``name``: ``attribute(stage)``, which may raise an AttributeError that says what to write.
+def _core_of(cls: type) -> type:
+    """The core class of a front end ``cls``; ``cls`` itself for a DataPipe without one."""
+    for base in cls.__bases__:
+        if issubclass(base, CoreStage) and not issubclass(base, IterDataPipe):
+            return base
+    return cls
 
-    For the names torchdata registers only once ``torchdata.datapipes`` is imported (``slice``,
-    ``repeat``): wdspipes may not register them itself, or torchdata's import would fail (see
-    :mod:`wdspipes.samples.torch_names`).
+
+_CALLS: dict[str, Callable[..., Any]] = {}
+
+
+def webdataset_call(name: str, call: Callable[..., Any]) -> None:
+    """Have ``stage.<name>(...)`` on every wdspipes stage run ``call(stage, *args, **kwargs)``:
+    for the names torch and torchdata own that webdataset's fluid interface calls its own way
+    (``shuffle``, ``map``, ``slice``, ``repeat``; see :mod:`wdspipes.pipes.torch_names`,
+    which sets them). On torch's own DataPipes the names stay torch's.
     """
-    _UNREGISTERED[name] = attribute
+    _CALLS[name] = call
+
+
+def _webdataset_call(name: str, stage: IterDataPipe[Any], args: Any, kwargs: Any) -> Any:
+    call = _CALLS.get(name)
+    if call is None:  # no module of wdspipes.pipes imported: a stage made by hand
+        raise RuntimeError(f"webdataset's .{name} is not set up: import wdspipes.pipes")
+    return call(stage, *args, **kwargs)
 
 
 def registered_stage(name: str) -> type | None:
     """The wdspipes class registered under functional name ``name``, if any."""
-    return getattr(IterDataPipe.functions.get(name), "_wds_stage", None)
+    return functional_names().get(name)
 
 
-class StageDataPipe(Resumable, IterDataPipe[T_co]):
-    """The base of every wdspipes stage: its state follows the state protocol, its per-item
-    bookkeeping in torch is cheap, and it mends DataLoader2 before DataLoader2 can run it.
+class StageDataPipe(CoreStage[T_co], IterDataPipe[T_co]):
+    """The base of every wdspipes DataPipe: its state follows the state protocol (its core
+    class's, :class:`~wdspipes.core.stage.CoreStage`), it carries webdataset's calls of the
+    names torch owns, and it mends DataLoader2 before DataLoader2 can run it.
 
-    Each stage declares how it resumes (see :class:`~wdspipes.state.protocol.Resumable` and
-    docs/guide/writing-a-stage.md): one that declares nothing is refused when the state is
-    asked for, with a :class:`~wdspipes.errors.ResumeError` naming it.
-
-    Torch wraps every ``__iter__`` and, for each item, checks
-    ``hasattr(datapipe, "_is_child_datapipe")``. On a plain IterDataPipe that lookup fails
-    through ``IterDataPipe.__getattr__`` and raises AttributeError, which costs more than most
-    stages' own work (1.6 µs against 0.45 µs per item on the reference machine). Our stages are
-    not the children of ``fork`` or ``demux``; saying so makes the check a class-attribute read.
+    A front end subclasses its core class and this, and inherits ``__iter__``: torch wraps
+    only an ``__iter__`` defined in a DataPipe class's own body, with per-item bookkeeping
+    (profiling, a count of items, one valid iterator at a time), so a front end adds nothing
+    per item. A DataPipe that defines ``__iter__`` itself is wrapped, and, for each item,
+    torch checks ``hasattr(datapipe, "_is_child_datapipe")``; on a plain IterDataPipe that
+    lookup fails through ``IterDataPipe.__getattr__``, which costs more than most stages' own
+    work. Our stages are not the children of ``fork`` or ``demux``; saying so makes the check
+    a class-attribute read.
 
     Torch's graph walk pickles only a stage's upstream DataPipes, and functions cross to
     worker processes through dill where plain pickle cannot (see :mod:`wdspipes.core.pickling`).
@@ -97,14 +119,28 @@ class StageDataPipe(Resumable, IterDataPipe[T_co]):
 
     _is_child_datapipe = False
 
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            attribute = _UNREGISTERED.get(name)
-            if attribute is None:
-                raise
-            return attribute(self)
+    # webdataset's calls of the names torch and torchdata own: methods of wdspipes' stages, so
+    # that torch's own DataPipes keep torch's meanings (see wdspipes.pipes.torch_names)
+
+    def shuffle(self, *args: Any, **kwargs: Any) -> IterDataPipe[Any]:
+        """``.shuffle(n, initial=..., seed=...)`` is webdataset's shuffle buffer
+        (``.buffer_shuffle``); ``.shuffle()`` and ``.shuffle(buffer_size=...)`` torch's."""
+        return _webdataset_call("shuffle", self, args, kwargs)  # type: ignore[no-any-return]
+
+    def map(self, *args: Any, **kwargs: Any) -> IterDataPipe[Any]:
+        """``.map(f, handler=h)`` is webdataset's (``.map_samples``); ``.map(f)`` torch's,
+        which warns where webdataset's would do otherwise."""
+        return _webdataset_call("map", self, args, kwargs)  # type: ignore[no-any-return]
+
+    def slice(self, *args: Any, **kwargs: Any) -> IterDataPipe[Any]:
+        """torchdata's ``slice`` with a warning naming ``.islice`` (webdataset's), or an
+        AttributeError naming it where torchdata's is not registered."""
+        return _webdataset_call("slice", self, args, kwargs)  # type: ignore[no-any-return]
+
+    def repeat(self, *args: Any, **kwargs: Any) -> IterDataPipe[Any]:
+        """``.repeat()``, ``.repeat(nepochs=...)`` are webdataset's (``.repeat_epochs``);
+        ``.repeat(n)`` (n > 1) torchdata's with a warning, or a TypeError."""
+        return _webdataset_call("repeat", self, args, kwargs)  # type: ignore[no-any-return]
 
     def __getstate__(self) -> Any:
         fix_dataloader2()
@@ -113,37 +149,3 @@ class StageDataPipe(Resumable, IterDataPipe[T_co]):
     def __setstate__(self, state: Any) -> None:
         fix_dataloader2()  # a spawned worker process: its prefetch buffer is mended too
         self.__dict__.update(restored_state(state))
-
-    def state_dict(self) -> dict[str, Any]:
-        """The position of the pipeline that ends in this stage, mid-epoch: small data that
-        :meth:`load_state_dict` takes back (see :mod:`wdspipes.state.checkpoint`).
-
-        This is torchdata's ``Stateful`` protocol: ``StatefulDataLoader`` calls it in each
-        worker.
-
-        Raises:
-            ResumeError: a stage of the pipeline cannot save its state; the message names it.
-        """
-        return pipeline_state(self, pipeline_epoch(self))
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Make the next iteration go on where :meth:`state_dict` was taken: in the same
-        reader, exactly; with the states of all readers merged (``wdspipes.merge_states``),
-        in a reader of any split, with its share of the work left in the epoch.
-
-        Raises:
-            ResumeError: the state is another pipeline's, or one reader's of a job with
-                several loaded into another reader.
-        """
-        restore_pipeline(self, state_dict)
-
-    def set_epoch(self, epoch: int) -> None:
-        """Number the next epoch of the pipeline that ends in this stage ``epoch``, as
-        ``DistributedSampler.set_epoch`` (see :func:`wdspipes.core.seeds.set_pipeline_epoch`):
-        every random stage draws epoch ``epoch``'s numbers next, and the loader's epochs after
-        it count on from there.
-
-        Raises:
-            ValueError: ``epoch`` is not an int of at least 0.
-        """
-        set_pipeline_epoch(self, epoch)

@@ -34,21 +34,17 @@ own source that splits by worker itself.
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
-
-import torch
-import torch.distributed as dist
-from torch.utils.data import IterDataPipe, get_worker_info
-from torch.utils.data.datapipes.iter.sharding import (
-    SHARDING_PRIORITIES,
-    ShardingFilterIterDataPipe,
-)
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from wdspipes.errors import ShardSplitError
 from wdspipes.state.graph import sharding_filter_of, upstream_of
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
 
 __all__ = [
     "ReaderLayout",
@@ -123,20 +119,38 @@ class ReaderLayout:
         return f"rank {self.rank}, worker {self.worker}"
 
 
-def reader_layout(sharding_filter: ShardingFilterIterDataPipe) -> ReaderLayout:
+def _worker_info() -> Any:
+    """torch's worker info of the DataLoader worker this runs in; None outside one, and
+    without torch loaded (no DataLoader can run then)."""
+    torch_data = sys.modules.get("torch.utils.data")
+    return None if torch_data is None else torch_data.get_worker_info()
+
+
+def _process_group() -> Any:
+    """``torch.distributed`` where a process group is initialised, else None (without torch
+    loaded none can be)."""
+    distributed = sys.modules.get("torch.distributed")
+    if distributed is None or not (distributed.is_available() and distributed.is_initialized()):
+        return None
+    return distributed
+
+
+def reader_layout(sharding_filter: Any) -> ReaderLayout:
     """The layout the loader gave ``sharding_filter`` through ``apply_sharding``.
 
     DataLoader2's reading services name their groups (DISTRIBUTED, MULTIPROCESSING). Plain
     DataLoader gives one DEFAULT group of ranks x workers; the workers per rank then come
     from its worker info, and without workers every instance is a rank.
     """
+    from torch.utils.data.datapipes.iter.sharding import SHARDING_PRIORITIES  # a filter: loaded
+
     groups = sharding_filter.groups
     if SHARDING_PRIORITIES.DEFAULT not in groups and groups:
         ranks, rank = groups.get(SHARDING_PRIORITIES.DISTRIBUTED, (1, 0))
         workers, worker = groups.get(SHARDING_PRIORITIES.MULTIPROCESSING, (1, 0))
         return ReaderLayout(ranks, workers, rank, worker, rank_major=True)
     readers, reader = sharding_filter.num_of_instances, sharding_filter.instance_id
-    info = get_worker_info()
+    info = _worker_info()
     workers = info.num_workers if info is not None else 1
     if readers % workers:  # sharding applied by hand: call every instance a rank
         workers = 1
@@ -146,14 +160,14 @@ def reader_layout(sharding_filter: ShardingFilterIterDataPipe) -> ReaderLayout:
 
 def _loader_readers() -> int:
     """How many readers the surrounding plain DataLoader and process group make."""
-    info = get_worker_info()
-    ranks = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    info, group = _worker_info(), _process_group()
+    ranks = group.get_world_size() if group is not None else 1
     return ranks * (info.num_workers if info is not None else 1)
 
 
 def _is_first_reader() -> bool:
-    info = get_worker_info()
-    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    info, group = _worker_info(), _process_group()
+    rank = group.get_rank() if group is not None else 0
     return rank == 0 and (info is None or info.id == 0)
 
 
@@ -173,7 +187,7 @@ def declares_per_worker(source: object) -> bool:
     return any(getattr(obj, "per_worker_shards", False) is True for obj in (source, owner))
 
 
-def _every_reader_reads_all(datapipe: IterDataPipe[Any]) -> bool:
+def _every_reader_reads_all(datapipe: Any) -> bool:
     """Whether every reader of ``datapipe`` (an opener, with no sharding filter upstream)
     reads all its shards: a shard list of known length that no stage before declares per
     worker (see :func:`declares_per_worker`), found by the graph walk that pickles nothing
@@ -190,7 +204,7 @@ def _every_reader_reads_all(datapipe: IterDataPipe[Any]) -> bool:
     return True
 
 
-def check_split(datapipe: IterDataPipe[Any]) -> int | None:
+def check_split(datapipe: Any) -> int | None:
     """Check how shards are split among readers, as an epoch of ``datapipe`` (an opener) begins.
 
     Returns how many shards this reader gets, or None when that is not known in advance (the
@@ -259,7 +273,7 @@ def _readers(count: int) -> str:
     return f"{count} reader gets" if count == 1 else f"{count} readers get"
 
 
-def warn_idle_reader(datapipe: IterDataPipe[Any]) -> None:
+def warn_idle_reader(datapipe: Any) -> None:
     """Warn that this reader got no shard in an epoch whose split could not be checked ahead."""
     sharding_filter = sharding_filter_of(datapipe)
     if sharding_filter is None or sharding_filter.num_of_instances == 1:
@@ -287,9 +301,12 @@ def full_sync(items: Iterable[T], group: dist.ProcessGroup | None = None) -> Ite
     Without an initialised process group, ``items`` pass through as they are.
     """
     iterator = iter(items)
-    if not (dist.is_available() and dist.is_initialized()):
+    if _process_group() is None:
         yield from iterator
         return
+    import torch  # a process group: torch is loaded
+    import torch.distributed as dist
+
     device = torch.device("cpu")
     if dist.get_backend(group) == "nccl":
         device = torch.device("cuda", torch.cuda.current_device())

@@ -1,4 +1,4 @@
-"""The package's names load with torch, and not before.
+"""The package's names load on first use, and with them torch.
 
 ``import torch`` takes 2 to 4 s, and the ``wdspipes`` command creates, lists and copies
 shards without it, so ``import wdspipes`` loads nothing of torch. The package is a thin front
@@ -6,28 +6,32 @@ over :mod:`wdspipes.api`, which holds every public name and whose import loads t
 registers every stage's functional name on ``IterDataPipe``:
 
 - the first ``wdspipes.NAME`` loads :mod:`wdspipes.api` (:func:`api_name`);
-- if torch is loaded already when wdspipes is imported, the api is loaded at once;
-- otherwise the api is loaded as soon as torch is, right after torch's own import. When that
-  import came from a wdspipes module still being imported (``import wdspipes.read.tar`` before
-  anything else), the api cannot load then; a functional name that torch does not know, asked
-  of one of its DataPipes, loads it and is asked again.
+- if torch is loaded already when wdspipes is imported, the api is loaded at once
+  (:func:`load_api_if_torch_is_loaded`), so ``import torch; import wdspipes`` chains
+  ``IterableWrapper(urls).open_shards()`` at once.
 
-So a program may import wdspipes and torch in either order and chain at once, as when the
-package loaded everything on import.
+Nothing of torch is changed to watch for it: a program that imports wdspipes first and then
+torch chains wdspipes' functional names on torch's own DataPipes once it has used a name of
+wdspipes (``wds.WebDataset(...)``, ``wds.ShardList(...)``, or ``import wdspipes.api``);
+before that, torch's ``AttributeError`` says the DataPipe has no such attribute.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import sys
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping
 from types import ModuleType
 from typing import Any
 
-__all__ = ["API", "api_dir", "api_name", "compat_name", "load_api", "when_torch_loads"]
+__all__ = [
+    "API",
+    "api_dir",
+    "api_name",
+    "compat_name",
+    "load_api",
+    "load_api_if_torch_is_loaded",
+]
 
 API = "wdspipes.api"
 
@@ -102,69 +106,8 @@ def api_dir(namespace: MutableMapping[str, Any]) -> list[str]:
     return sorted({*namespace, *load_api().__all__})
 
 
-def when_torch_loads() -> None:
-    """Load the api now if torch is loaded, else offer the stages' names to torch once it is."""
+def load_api_if_torch_is_loaded() -> None:
+    """Load the api now if torch is loaded already, so that a program that imported torch
+    first chains wdspipes' functional names on torch's DataPipes at once."""
     if "torch" in sys.modules:
         load_api()
-    elif not any(isinstance(finder, _TorchWatch) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _TorchWatch())
-
-
-class _TorchWatch(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: when torch is imported, it has torch's own loader run, then
-    :func:`_offer_stages`; then it leaves ``sys.meta_path``."""
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "torch":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _ThenOffer(spec.loader)
-        return spec
-
-
-class _ThenOffer(importlib.abc.Loader):
-    """torch's loader, then :func:`_offer_stages`. The module keeps torch's own loader."""
-
-    def __init__(self, loader: importlib.abc.Loader) -> None:
-        self.loader = loader
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        module.__loader__ = self.loader
-        if module.__spec__ is not None:
-            module.__spec__.loader = self.loader
-        self.loader.exec_module(module)
-        _offer_stages()
-
-
-def _offer_stages() -> None:
-    """Load the api now that torch is loaded, unless a wdspipes module is still being imported
-    (the api would import it half-made); then have a name torch's DataPipes do not know load
-    the api first."""
-    if not any(_initializing(name, module) for name, module in list(sys.modules.items())):
-        load_api()
-        return
-    from torch.utils.data import IterDataPipe
-
-    torch_getattr = IterDataPipe.__getattr__
-
-    def getattr_offering_stages(self: IterDataPipe[Any], attribute_name: str) -> Any:
-        if attribute_name not in IterDataPipe.functions and not attribute_name.startswith("_"):
-            IterDataPipe.__getattr__ = torch_getattr  # type: ignore[method-assign]
-            load_api()
-        return torch_getattr(self, attribute_name)
-
-    IterDataPipe.__getattr__ = getattr_offering_stages  # type: ignore[method-assign]
-
-
-def _initializing(name: str, module: ModuleType | None) -> bool:
-    """Whether ``module`` is a wdspipes module whose import has begun and not ended (the import
-    system marks its spec so while the module runs)."""
-    spec = getattr(module, "__spec__", None)
-    return name.partition(".")[0] == "wdspipes" and bool(getattr(spec, "_initializing", False))

@@ -61,8 +61,6 @@ import os
 import random
 from typing import Any, Protocol
 
-from torch.utils.data import IterDataPipe
-
 from wdspipes.core.distributed import sharding_filter_of
 from wdspipes.errors import ResumeError
 from wdspipes.state.graph import upstream_of
@@ -172,11 +170,11 @@ class Seeding:
         self.at = (repeat, done)
         return self.at
 
-    def next_rng(self, datapipe: IterDataPipe[Any] | None = None) -> random.Random:
+    def next_rng(self, datapipe: Any | None = None) -> random.Random:
         """A generator for the next iteration of ``datapipe`` (the stage asking)."""
         return random.Random(repr(self.next_material(datapipe)))
 
-    def next_material(self, datapipe: IterDataPipe[Any] | None = None) -> tuple[object, ...]:
+    def next_material(self, datapipe: Any | None = None) -> tuple[object, ...]:
         """Begin an iteration of ``datapipe`` (:meth:`begin`) and return its seed material:
         what :meth:`next_rng` seeds its generator with. Downstream of a ShardingFilter, the
         filter's place and the pass are mixed in."""
@@ -280,18 +278,18 @@ class SeededStage(Resumable):
 
     def set_state(self, state: Any) -> None:
         if isinstance(state, AllReaders):
-            self.seeding.load_readers(state, sharding_filter_of(self) is None)  # type: ignore[arg-type]
+            self.seeding.load_readers(state, sharding_filter_of(self) is None)
         else:
             self.seeding.load_state(state["seeding"])
 
 
-def seeded_stages(sink: IterDataPipe[Any]) -> list[SeededStage]:
+def seeded_stages(sink: Any) -> list[SeededStage]:
     """The stages with a :class:`Seeding` of the pipeline ending in ``sink``, ``sink`` too."""
     stages = [sink, *upstream_of(sink)]
     return [stage for stage in stages if isinstance(stage, SeededStage)]
 
 
-def set_pipeline_epoch(sink: IterDataPipe[Any], epoch: int) -> None:
+def set_pipeline_epoch(sink: Any, epoch: int) -> None:
     """Number the next epoch of the pipeline ending in ``sink`` (every random stage of it)
     ``epoch``, as ``DistributedSampler.set_epoch``: a job restarted at epoch ``n`` calls it
     with ``n`` before the loader is made, and gets epoch ``n``'s shard orders and shuffles;
@@ -306,13 +304,13 @@ def set_pipeline_epoch(sink: IterDataPipe[Any], epoch: int) -> None:
         stage.set_stage_epoch(epoch)
 
 
-def pipeline_epoch(sink: IterDataPipe[Any]) -> int | None:
+def pipeline_epoch(sink: Any) -> int | None:
     """The epoch the pipeline ending in ``sink`` is in (or begins next); None if it has no
     random stage, and so no epoch to number."""
     return max((stage.stage_epoch() for stage in seeded_stages(sink)), default=None)
 
 
-def read_again(source: IterDataPipe[Any], kind: str) -> None:
+def read_again(source: Any, kind: str) -> None:
     """The link ``with_epoch`` (kind :data:`PASS`) and ``repeat_epochs`` (:data:`REPEAT`) make
     before they read ``source`` again within one epoch: every random stage of it reads the
     same epoch again (:meth:`Seeding.read_again`)."""
@@ -320,7 +318,7 @@ def read_again(source: IterDataPipe[Any], kind: str) -> None:
         stage.read_again(kind)
 
 
-def sharding_position(datapipe: IterDataPipe[Any]) -> tuple[int, int] | None:
+def sharding_position(datapipe: Any) -> tuple[int, int] | None:
     """``(num_of_instances, instance_id)`` of the ShardingFilter upstream of ``datapipe``.
 
     None when there is none, that is when ``datapipe`` sees the same items in every reader.

@@ -6,8 +6,8 @@ flushes it, syncs it to disk with ``fsync`` and renames it to its final name wit
 (atomic on POSIX file systems, replacing a file of that name); :meth:`~AtomicFile.abort` closes
 and deletes it. A process killed on the way leaves at most the temporary file, and an older file
 under the final name stays as it was until the commit. :class:`~wdspipes.write.ShardWriter`,
-:class:`~wdspipes.write.streams.CborWriter` and :class:`~wdspipes.write.streams.MsgpackWriter`
-write through it.
+:class:`~wdspipes.write.stream_shards.CborWriter` and
+:class:`~wdspipes.write.stream_shards.MsgpackWriter` write through it.
 
 The temporary file is made by :func:`create_new`: created exclusively (``O_EXCL``), so that
 nothing already there under its name is used, a symbolic link planted there is not followed,

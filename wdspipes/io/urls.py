@@ -1,5 +1,5 @@
 """Opening a URL: what every reader of a shard gets (a :class:`ByteStream`), the schemes, and
-how a failed shard is reported. The ``open_shards`` stage (:mod:`wdspipes.io.opener`) opens
+how a failed shard is reported. The ``open_shards`` stage (:mod:`wdspipes.read.opener`) opens
 shards through it; writing is :mod:`wdspipes.io.sinks`. Nothing here needs torch: the
 ``wdspipes`` command reads and writes through this module without loading it.
 """

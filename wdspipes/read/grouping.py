@@ -8,14 +8,12 @@ files (:func:`~wdspipes.core.names.is_meta`) are skipped.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
-from typing import Any
-
-from torch.utils.data import IterDataPipe
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TypeGuard
 
 from wdspipes.core.curried import Stage, stage_factory
-from wdspipes.core.datapipe import Sample, functional_stage
 from wdspipes.core.names import is_meta, split_name
+from wdspipes.core.stage import Sample, core_stage
 from wdspipes.errors import (
     DuplicateFieldError,
     Handler,
@@ -24,16 +22,18 @@ from wdspipes.errors import (
     handle,
     reraise_exception,
 )
-from wdspipes.io.opener import ShardOpener
+from wdspipes.io.items import ShardItem
 from wdspipes.io.urls import ByteStream
+from wdspipes.read.opener import ShardOpener
 from wdspipes.read.positions import END, SampleReader, ShardCursor
+from wdspipes.read.shards import ShardList
 from wdspipes.read.tar import TarLoader
 from wdspipes.read.walk import Member, TarMember, TarWalk
 
-__all__ = ["SampleGrouper", "group_by_keys"]
+__all__ = ["SampleGrouper", "group_by_keys", "tar_samples"]
 
 
-@functional_stage("group_samples")
+@core_stage("group_samples")
 class SampleGrouper(SampleReader):
     """Group consecutive members with one key into a sample (functional name: ``group_samples``).
 
@@ -68,7 +68,7 @@ class SampleGrouper(SampleReader):
     """
 
     def __init__(
-        self, source_datapipe: IterDataPipe[TarMember], handler: Handler = reraise_exception
+        self, source_datapipe: Iterable[TarMember], handler: Handler = reraise_exception
     ) -> None:
         super().__init__()  # the resume bookkeeping: see wdspipes.read.positions
         self.source_datapipe = source_datapipe
@@ -78,8 +78,8 @@ class SampleGrouper(SampleReader):
         source = self.source_datapipe
         starts, replay = self._begin()
         cursor = self.cursor
-        if type(source) is TarLoader:
-            # Members bypass the per-item hooks of an upstream TarLoader (see its
+        if _members_of(source):
+            # Members as plain tuples, straight from an upstream TarLoader (see its
             # iter_members), which also tells of failed shards.
             offsets = {index: place[0] for index, place in starts.items()}
             upstream: Iterator[Member] = source.iter_members(cursor, offsets)
@@ -208,7 +208,7 @@ class SampleGrouper(SampleReader):
         ResumeError if the graph is another."""
         source = self.source_datapipe
         opener = getattr(source, "source_datapipe", None)
-        if type(source) is not TarLoader or not isinstance(opener, ShardOpener):
+        if not _members_of(source) or not isinstance(opener, ShardOpener):
             raise ResumeError(
                 f"{type(self).__name__} (group_samples) can resume only when it reads load_tar "
                 "right after open_shards"
@@ -245,6 +245,32 @@ class SampleGrouper(SampleReader):
                 f"duplicate field {field!r}", url=url, member=name, key=key, offset=offset
             ),
         )
+
+
+def tar_samples(
+    urls: Sequence[ShardItem], *, ignore_zeros: bool = False, handler: Handler = reraise_exception
+) -> SampleGrouper:
+    """The samples of the tar shards at ``urls``, in order, through the core stages (no
+    torch): ``group_samples`` over ``load_tar`` over ``open_shards`` over the list. What the
+    ``wdspipes`` commands that read shards use.
+
+    >>> import io, tarfile, tempfile, os
+    >>> path = os.path.join(tempfile.mkdtemp(), "s.tar")
+    >>> with tarfile.open(path, "w") as archive:
+    ...     info = tarfile.TarInfo("k.txt"); info.size = 2
+    ...     archive.addfile(info, io.BytesIO(b"hi"))
+    >>> [(sample["__key__"], sample["txt"]) for sample in tar_samples([path])]
+    [('k', b'hi')]
+    """
+    opened = ShardOpener(ShardList(list(urls)), handler=handler)
+    return SampleGrouper(TarLoader(opened, handler=handler, ignore_zeros=ignore_zeros), handler)
+
+
+def _members_of(source: object) -> TypeGuard[TarLoader]:
+    """Whether ``source`` is a tar loader whose items are its members as
+    :meth:`TarLoader.iter_members` gives them (its class, or its DataPipe front end, does not
+    change what it yields), so that the reader may read them from there and resume in it."""
+    return isinstance(source, TarLoader) and type(source).__iter__ is TarLoader.__iter__
 
 
 @stage_factory

@@ -12,7 +12,7 @@ A reader is the stage a pipeline resumes around (its
 :attr:`~wdspipes.state.protocol.Resumable.reader`). It links with the stages it works with
 as each of its epochs begins: it tells the stages before its ``open_shards`` that an epoch
 begins (:func:`wdspipes.state.graph.epoch_begins`), asks that opener to skip the shards read
-already (:meth:`~wdspipes.io.ShardOpener.resume_at`), and keeps a
+already (:meth:`~wdspipes.read.opener.ShardOpener.resume_at`), and keeps a
 :class:`~wdspipes.state.protocol.SamplePlaces` up to date for a shuffle buffer after it.
 """
 
@@ -23,11 +23,11 @@ import reprlib
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, TypeVar
 
-from wdspipes.core.datapipe import Sample, StageDataPipe
+from wdspipes.core.stage import CoreStage, Sample
 from wdspipes.errors import Handler, ResumeError, ShardItemError, WdsError, handle
 from wdspipes.io.items import ShardItem, shard_fields, shard_url, url_check
-from wdspipes.io.opener import ALL, OpenedShard, ShardOpener
 from wdspipes.io.urls import ByteStream, close_quietly, shard_failure
+from wdspipes.read.opener import ALL, OpenedShard, ShardOpener
 from wdspipes.state.checkpoint import layout_of
 from wdspipes.state.elastic import owned
 from wdspipes.state.graph import epoch_begins
@@ -111,7 +111,7 @@ def sample_entries(fields: dict[str, Any] | None, local_path: str | None) -> dic
 def _shard_parts(shard: object) -> tuple[str, ByteStream, dict[str, Any] | None]:
     """The URL, stream and sample fields of an opened shard: a ``(url, stream)`` pair, or a
     dict with ``"url"`` and ``"stream"`` as webdataset's ``url_opener`` yields (see
-    :data:`~wdspipes.io.opener.OpenedShard`).
+    :data:`~wdspipes.read.opener.OpenedShard`).
 
     Raises:
         ShardItemError: it is neither.
@@ -223,7 +223,7 @@ class Partials(NamedTuple):
     checks: dict[int, int]
 
 
-class SampleReader(StageDataPipe[Sample]):
+class SampleReader(CoreStage[Sample]):
     """A stage that makes samples of opened shards and knows where each one lives: a reader.
 
     Subclasses read their shards through :func:`read_shards` with :attr:`cursor`, keep

@@ -1,5 +1,5 @@
 """Shard lists: a shard spec's URLs (expanded by :mod:`wdspipes.read.specs`), drawn with
-replacement, split among readers.
+replacement (their split among readers: :mod:`wdspipes.pipes.read`).
 
 The shard lists yield shard items: URL strings. The stages after them (the split, shuffles,
 the resampler, the opener) also take webdataset's dict items, ``{"url": ..., **fields}``, whose
@@ -12,32 +12,22 @@ other keys every sample of the shard carries (see :mod:`wdspipes.io.items`); a l
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from torch.utils.data import IterDataPipe
-from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
-
-from wdspipes.core.datapipe import StageDataPipe, functional_stage
-from wdspipes.core.distributed import sharding_filter_of
 from wdspipes.core.seeds import SeededStage, Seeding
+from wdspipes.core.stage import CoreStage, core_stage
 from wdspipes.io.items import ShardItem, shard_url
 from wdspipes.read.specs import ShardSpec, expand_urls, list_item_url
 
 __all__ = [
-    "ResampledShards",
     "ShardList",
     "ShardLister",
     "ShardResampler",
-    "ShardSplit",
-    "SimpleShardList",
-    "is_split",
-    "split_by_node",
-    "split_by_worker",
 ]
 
 
-class ShardList(StageDataPipe[ShardItem]):
+class ShardList(CoreStage[ShardItem]):
     """The URLs of a shard spec, in order: the source of a pipeline.
 
     Args:
@@ -73,11 +63,6 @@ class ShardList(StageDataPipe[ShardItem]):
         return len(self.urls)
 
 
-SimpleShardList = ShardList
-"""webdataset's name for :class:`ShardList`, for use in ``DataPipeline(...)``. It yields URL
-strings where webdataset's yields ``{"url": ...}`` dicts (see :mod:`wdspipes.io.items`)."""
-
-
 def _shard_items(urls: ShardSpec | Sequence[ShardItem]) -> list[ShardItem]:
     """The items of a shard spec, or of a list that holds dict items too (checked now)."""
     if not isinstance(urls, Sequence) or isinstance(urls, str):
@@ -94,8 +79,8 @@ def _shard_items(urls: ShardSpec | Sequence[ShardItem]) -> list[ShardItem]:
     return items
 
 
-@functional_stage("list_shards")
-class ShardLister(StageDataPipe[ShardItem]):
+@core_stage("list_shards")
+class ShardLister(CoreStage[ShardItem]):
     """Expand each shard spec of the source into URLs (functional name: ``list_shards``).
 
     Args:
@@ -118,7 +103,7 @@ class ShardLister(StageDataPipe[ShardItem]):
 
     restartable = True
 
-    def __init__(self, source_datapipe: IterDataPipe[ShardSpec | Mapping[str, Any]]) -> None:
+    def __init__(self, source_datapipe: Iterable[ShardSpec | Mapping[str, Any]]) -> None:
         super().__init__()
         self.source_datapipe = source_datapipe
 
@@ -135,8 +120,8 @@ class ShardLister(StageDataPipe[ShardItem]):
         return None
 
 
-@functional_stage("resample_shards")
-class ShardResampler(SeededStage, StageDataPipe[ShardItem]):
+@core_stage("resample_shards")
+class ShardResampler(SeededStage, CoreStage[ShardItem]):
     """Draw shards with replacement from the source's URLs (functional name: ``resample_shards``).
 
     Each epoch collects the source's URLs and draws ``nshards`` of them (without end if None).
@@ -155,7 +140,7 @@ class ShardResampler(SeededStage, StageDataPipe[ShardItem]):
     Raises:
         ValueError: the source has no URLs.
 
-    >>> draws = ShardList("s-{0..9}.tar").resample_shards(nshards=5, seed=1)
+    >>> draws = ShardResampler(ShardList("s-{0..9}.tar"), nshards=5, seed=1)
     >>> first, second = list(draws), list(draws)
     >>> len(first), first == second
     (5, False)
@@ -163,7 +148,7 @@ class ShardResampler(SeededStage, StageDataPipe[ShardItem]):
 
     def __init__(
         self,
-        source_datapipe: IterDataPipe[ShardItem],
+        source_datapipe: Iterable[ShardItem],
         nshards: int | None = None,
         seed: int | None = None,
     ) -> None:
@@ -188,59 +173,3 @@ class ShardResampler(SeededStage, StageDataPipe[ShardItem]):
         if self.nshards is None:
             raise TypeError("resample_shards(nshards=None) has no length: it draws without end")
         return self.nshards
-
-
-def ResampledShards(
-    urls: ShardSpec | Sequence[ShardItem], nshards: int | None = None, seed: int | None = None
-) -> IterDataPipe[ShardItem]:
-    """Shards of ``urls`` drawn with replacement, split among ranks and workers:
-    ``ShardList(urls).resample_shards(nshards, seed).sharding_filter()``.
-
-    Every rank and worker draws the same stream (from ``seed``, or the loader's shared seed)
-    and reads its own part of it, so readers never repeat one another's draws, and ``nshards``
-    counts the draws of all readers together. This differs from webdataset, whose
-    ``ResampledShards`` draws apart in each worker: see docs/distributed.md. Being split
-    already, it needs no ``split_by_node``/``split_by_worker`` (a ``DataPipeline`` skips them).
-
-    >>> sorted(set(ResampledShards("s-{0..1}.tar", nshards=50, seed=0)))
-    ['s-0.tar', 's-1.tar']
-    """
-    return ShardingFilterIterDataPipe(ShardResampler(ShardList(urls), nshards=nshards, seed=seed))
-
-
-class ShardSplit:
-    """Marks where a pipeline splits its shards among ranks and workers.
-
-    In ``DataPipeline(...)``, ``split_by_node`` and ``split_by_worker`` (one or both) become a
-    single core ``sharding_filter`` at the first of them: DataLoader2 and plain DataLoader
-    then give each rank and each worker its own shards. Called on a DataPipe, a marker
-    returns ``source.sharding_filter()``. Where the source is split already (``ResampledShards``
-    ends in a sharding filter), the marker changes nothing: two filters on one branch would
-    make the loaders fail with "Sharding twice".
-    """
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __call__(self, source: IterDataPipe[Any]) -> IterDataPipe[Any]:
-        if not isinstance(source, IterDataPipe):
-            raise TypeError(
-                f"{self.name} splits an IterDataPipe of shard URLs; got {type(source).__name__}"
-            )
-        if is_split(source):
-            return source
-        return ShardingFilterIterDataPipe(source)
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-def is_split(datapipe: IterDataPipe[Any]) -> bool:
-    """Whether ``datapipe`` is, or reads from, a core sharding filter."""
-    return isinstance(datapipe, ShardingFilterIterDataPipe) or (
-        sharding_filter_of(datapipe) is not None
-    )
-
-
-split_by_node = ShardSplit("split_by_node")
-split_by_worker = ShardSplit("split_by_worker")

@@ -5,19 +5,17 @@ by :mod:`wdspipes.read.walk`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from torch.utils.data import IterDataPipe
-
 from wdspipes.core.curried import Stage, stage_factory
-from wdspipes.core.datapipe import StageDataPipe, functional_stage
+from wdspipes.core.stage import CoreStage, core_stage
 from wdspipes.errors import (
     Handler,
     reraise_exception,
 )
-from wdspipes.io.opener import OpenedShard
 from wdspipes.io.urls import ByteStream
+from wdspipes.read.opener import OpenedShard
 from wdspipes.read.positions import ShardCursor, read_shards
 from wdspipes.read.walk import (
     MAX_MEMBER_SIZE,
@@ -31,8 +29,8 @@ from wdspipes.read.walk import (
 __all__ = ["TarLoader", "tar_file_expander"]
 
 
-@functional_stage("load_tar")
-class TarLoader(StageDataPipe[TarMember]):
+@core_stage("load_tar")
+class TarLoader(CoreStage[TarMember]):
     """Read the regular files of each opened tar shard (functional name: ``load_tar``).
 
     Each stream is read to its end and closed; a ``pipe:`` command that failed is reported
@@ -83,7 +81,7 @@ class TarLoader(StageDataPipe[TarMember]):
 
     def __init__(
         self,
-        source_datapipe: IterDataPipe[OpenedShard],
+        source_datapipe: Iterable[OpenedShard],
         handler: Handler = reraise_exception,
         *,
         ignore_zeros: bool = False,
@@ -122,11 +120,11 @@ class TarLoader(StageDataPipe[TarMember]):
     def iter_members(
         self, cursor: ShardCursor | None = None, starts: Mapping[int, int] | None = None
     ) -> Iterator[Member]:
-        """The members as plain tuples, without the per-item hooks torch wraps around
-        ``__iter__``.
+        """The members as plain tuples (not :class:`TarMember`), the failures of shards told.
 
         ``group_samples`` reads its upstream TarLoader through this: members are the finest
-        grain of the pipeline, and the hooks would cost more than parsing them.
+        grain of the pipeline, and making a named tuple of each would cost more than parsing
+        it.
 
         Args:
             cursor: if given, set to each shard's number and local file before its first

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from torch.utils.data import IterDataPipe
-
 from wdspipes.core.curried import Stage, stage_factory
-from wdspipes.core.datapipe import StageDataPipe, functional_stage
 from wdspipes.core.seeds import PASS, REPEAT, read_again, sharding_position
+from wdspipes.core.stage import CoreStage, core_stage
 from wdspipes.errors import ResumeError
 from wdspipes.state.checkpoint import abandon_epoch
 from wdspipes.state.elastic import share_of
@@ -60,8 +58,8 @@ def _epochs(stage: EpochLimiter | EpochRepeater, count: int | None, resumed: boo
         resumed = False
 
 
-@functional_stage("with_epoch")
-class EpochLimiter(StageDataPipe[Any]):
+@core_stage("with_epoch")
+class EpochLimiter(CoreStage[Any]):
     """Make every epoch exactly ``nitems`` long (functional name: ``with_epoch``).
 
     The source is read from its start each epoch, and restarted as often as needed; a source
@@ -79,7 +77,7 @@ class EpochLimiter(StageDataPipe[Any]):
     ['a', 'b', 'c']
     """
 
-    def __init__(self, source_datapipe: IterDataPipe[Any], nitems: int) -> None:
+    def __init__(self, source_datapipe: Iterable[Any], nitems: int) -> None:
         super().__init__()
         if not isinstance(nitems, int) or nitems < 0:
             raise ValueError(f"nitems must be an int >= 0, got {nitems!r}")
@@ -130,8 +128,8 @@ class EpochLimiter(StageDataPipe[Any]):
         return self.nitems
 
 
-@functional_stage("with_length")
-class LengthSetter(StageDataPipe[Any]):
+@core_stage("with_length")
+class LengthSetter(CoreStage[Any]):
     """Declare the length ``len()`` reports (functional name: ``with_length``).
 
     What is yielded does not change; this is for training loops that need ``len()``.
@@ -150,7 +148,7 @@ class LengthSetter(StageDataPipe[Any]):
 
     one_to_one = True
 
-    def __init__(self, source_datapipe: IterDataPipe[Any], length: int) -> None:
+    def __init__(self, source_datapipe: Iterable[Any], length: int) -> None:
         super().__init__()
         if not isinstance(length, int) or length < 0:
             raise ValueError(f"length must be an int >= 0, got {length!r}")
@@ -164,8 +162,8 @@ class LengthSetter(StageDataPipe[Any]):
         return self.length
 
 
-@functional_stage("repeat_epochs")
-class EpochRepeater(StageDataPipe[Any]):
+@core_stage("repeat_epochs")
+class EpochRepeater(CoreStage[Any]):
     """Concatenate ``nepochs`` epochs of the source (functional name: ``repeat_epochs``).
 
     This is webdataset's ``.repeat(n)``; the functional name ``repeat`` is torchdata's, which
@@ -183,7 +181,7 @@ class EpochRepeater(StageDataPipe[Any]):
     ['a', 'b', 'a', 'b', 'a', 'b']
     """
 
-    def __init__(self, source_datapipe: IterDataPipe[Any], nepochs: int | None = None) -> None:
+    def __init__(self, source_datapipe: Iterable[Any], nepochs: int | None = None) -> None:
         super().__init__()
         if nepochs is not None and (not isinstance(nepochs, int) or nepochs < 0):
             raise ValueError(f"nepochs must be an int >= 0 or None, got {nepochs!r}")
@@ -223,7 +221,7 @@ class EpochRepeater(StageDataPipe[Any]):
     def __len__(self) -> int:
         if self.nepochs is None:
             raise TypeError("repeat_epochs(None) has no length: it does not end")
-        return self.nepochs * len(self.source_datapipe)
+        return self.nepochs * len(self.source_datapipe)  # type: ignore[arg-type]
 
 
 @stage_factory

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import builtins
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from torch.utils.data import IterDataPipe
-
 from wdspipes.core.curried import Stage, stage_factory
-from wdspipes.core.datapipe import Sample, StageDataPipe, functional_stage
+from wdspipes.core.stage import CoreStage, Sample, core_stage
 from wdspipes.errors import (
     Handler,
     MissingFieldError,
@@ -66,8 +64,8 @@ def first_present(sample: Sample, alternatives: tuple[str, ...]) -> Any:
     )
 
 
-@functional_stage("to_tuple")
-class TupleMaker(StageDataPipe[tuple[Any, ...]]):
+@core_stage("to_tuple")
+class TupleMaker(CoreStage[tuple[Any, ...]]):
     """Turn each sample into a tuple of fields (functional name: ``to_tuple``).
 
     Args:
@@ -93,7 +91,7 @@ class TupleMaker(StageDataPipe[tuple[Any, ...]]):
 
     def __init__(
         self,
-        source_datapipe: IterDataPipe[Sample],
+        source_datapipe: Iterable[Sample],
         *fields: str,
         handler: Handler = reraise_exception,
         missing_is_error: bool = True,
@@ -134,8 +132,8 @@ class TupleMaker(StageDataPipe[tuple[Any, ...]]):
         return next((sample[f] for f in alternatives if f in sample), None)
 
 
-@functional_stage("map_tuple")
-class TupleMapper(StageDataPipe[tuple[Any, ...]]):
+@core_stage("map_tuple")
+class TupleMapper(CoreStage[tuple[Any, ...]]):
     """Apply a function to each position of tuple samples (functional name: ``map_tuple``).
 
     Args:
@@ -160,7 +158,7 @@ class TupleMapper(StageDataPipe[tuple[Any, ...]]):
 
     def __init__(
         self,
-        source_datapipe: IterDataPipe[tuple[Any, ...]],
+        source_datapipe: Iterable[tuple[Any, ...]],
         *fns: Callable[[Any], Any] | None,
         handler: Handler = reraise_exception,
     ) -> None:
@@ -186,8 +184,8 @@ class TupleMapper(StageDataPipe[tuple[Any, ...]]):
             yield tuple(values)
 
 
-@functional_stage("map_dict")
-class FieldMapper(StageDataPipe[Sample]):
+@core_stage("map_dict")
+class FieldMapper(CoreStage[Sample]):
     """Apply functions to named fields of dict samples (functional name: ``map_dict``).
 
     Args:
@@ -211,7 +209,7 @@ class FieldMapper(StageDataPipe[Sample]):
 
     def __init__(
         self,
-        source_datapipe: IterDataPipe[Sample],
+        source_datapipe: Iterable[Sample],
         /,
         handler: Handler = reraise_exception,
         **fns: Callable[[Any], Any],
@@ -250,8 +248,8 @@ def _apply(fn: Callable[[Any], Any], value: Any, sample: Any, field: str | None)
         ) from exn
 
 
-@functional_stage("rename")
-class Renamer(StageDataPipe[Sample]):
+@core_stage("rename")
+class Renamer(CoreStage[Sample]):
     """Rename fields of dict samples (functional name: ``rename``).
 
     Args:
@@ -275,7 +273,7 @@ class Renamer(StageDataPipe[Sample]):
 
     def __init__(
         self,
-        source_datapipe: IterDataPipe[Sample],
+        source_datapipe: Iterable[Sample],
         /,
         handler: Handler = reraise_exception,
         keep: bool = True,
@@ -305,8 +303,8 @@ class Renamer(StageDataPipe[Sample]):
                 yield renamed
 
 
-@functional_stage("select")
-class SampleSelector(StageDataPipe[Any]):
+@core_stage("select")
+class SampleSelector(CoreStage[Any]):
     """Keep the samples for which ``predicate`` is true (functional name: ``select``).
 
     Args:
@@ -323,7 +321,7 @@ class SampleSelector(StageDataPipe[Any]):
 
     one_to_one = True
 
-    def __init__(self, source_datapipe: IterDataPipe[Any], predicate: Callable[[Any], Any]) -> None:
+    def __init__(self, source_datapipe: Iterable[Any], predicate: Callable[[Any], Any]) -> None:
         super().__init__()
         if not callable(predicate):
             raise TypeError(f"select needs a predicate function, got {predicate!r}")
@@ -337,8 +335,8 @@ class SampleSelector(StageDataPipe[Any]):
                 yield sample
 
 
-@functional_stage("map_samples")
-class SampleMapper(StageDataPipe[Any]):
+@core_stage("map_samples")
+class SampleMapper(CoreStage[Any]):
     """Apply ``fn`` to each sample; a None result drops it (functional name: ``map_samples``).
 
     When a dict sample maps to a dict, the result keeps the sample's ``__key__``.
@@ -363,7 +361,7 @@ class SampleMapper(StageDataPipe[Any]):
 
     def __init__(
         self,
-        source_datapipe: IterDataPipe[Any],
+        source_datapipe: Iterable[Any],
         fn: Callable[[Any], Any],
         handler: Handler = reraise_exception,
     ) -> None:
@@ -389,8 +387,8 @@ class SampleMapper(StageDataPipe[Any]):
             yield result
 
 
-@functional_stage("islice")
-class ItemSlicer(StageDataPipe[Any]):
+@core_stage("islice")
+class ItemSlicer(CoreStage[Any]):
     """Items from ``start`` to ``stop`` by ``step`` (functional name: ``islice``).
 
     As ``itertools.islice`` over the source.
@@ -407,7 +405,7 @@ class ItemSlicer(StageDataPipe[Any]):
     [2, 5]
     """
 
-    def __init__(self, source_datapipe: IterDataPipe[Any], *args: int | None) -> None:
+    def __init__(self, source_datapipe: Iterable[Any], *args: int | None) -> None:
         super().__init__()
         itertools.islice((), *args)  # the arguments' checks, with islice's own messages
         self.source_datapipe = source_datapipe

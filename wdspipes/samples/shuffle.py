@@ -32,14 +32,12 @@ from __future__ import annotations
 import itertools
 import random
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
-from torch.utils.data import IterDataPipe
-
 from wdspipes.core.curried import Stage, stage_factory
-from wdspipes.core.datapipe import StageDataPipe, functional_stage
 from wdspipes.core.seeds import SeededStage, Seeding, SharedEpoch, sharding_position
+from wdspipes.core.stage import CoreStage, core_stage
 from wdspipes.errors import ResumeError
 from wdspipes.state.elastic import owned
 from wdspipes.state.graph import sample_places_of
@@ -50,8 +48,8 @@ __all__ = ["BufferShuffler", "Draws", "detshuffle", "seed_from", "shuffle"]
 T = TypeVar("T")
 
 
-@functional_stage("buffer_shuffle")
-class BufferShuffler(SeededStage, StageDataPipe[T]):
+@core_stage("buffer_shuffle")
+class BufferShuffler(SeededStage, CoreStage[T]):
     """Shuffle items through a buffer (functional name: ``buffer_shuffle``).
 
     Args:
@@ -78,7 +76,7 @@ class BufferShuffler(SeededStage, StageDataPipe[T]):
 
     def __init__(
         self,
-        source_datapipe: IterDataPipe[T],
+        source_datapipe: Iterable[T],
         bufsize: int = 1000,
         initial: int = 100,
         seed: int | None = None,
@@ -182,7 +180,7 @@ class BufferShuffler(SeededStage, StageDataPipe[T]):
         return sorted(mine)
 
     def __len__(self) -> int:
-        return len(self.source_datapipe)  # a TypeError where the source has no length
+        return len(self.source_datapipe)  # type: ignore[arg-type]  # a TypeError if it has none
 
     def get_state(self) -> dict[str, Any]:
         """The seed state; after the reader also the draws made and the places of the samples

@@ -61,12 +61,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from torch.utils.data import IterDataPipe
-
 from wdspipes.errors import ResumeError
-from wdspipes.state.graph import chain_of, sharding_filter_of
+from wdspipes.state.graph import chain_of, part_of, sharding_filter_of
 from wdspipes.state.protocol import AllReaders, Resumable, reader_names, stage_name
-from wdspipes.state.torch_stages import part_of, split_layout
 
 __all__ = [
     "FORMAT",
@@ -85,7 +82,7 @@ places by the number of the shard among a reader's own; format 3 by its index in
 shard list, which every reader shares, so that states of several readers merge.)"""
 
 
-def _reader_index(chain: list[IterDataPipe[Any]], parts: list[Resumable]) -> int:
+def _reader_index(chain: list[Any], parts: list[Resumable]) -> int:
     """The position of the one reader among the stages (or of the stage that holds its
     sources' states, where the chain begins); ResumeError if there is not one, or if a stage
     before it cannot restart its epoch."""
@@ -116,19 +113,23 @@ def _reader_index(chain: list[IterDataPipe[Any]], parts: list[Resumable]) -> int
     return reader
 
 
-def layout_of(sink: IterDataPipe[Any]) -> tuple[int, int]:
+def layout_of(sink: Any) -> tuple[int, int]:
     """``(readers, reader)``: how the sharding filter before ``sink`` splits its shards, as the
     loader set it up; ``(1, 0)`` without one."""
     split = sharding_filter_of(sink)
-    return (1, 0) if split is None else split_layout(split)
+    if split is None:
+        return (1, 0)
+    from wdspipes.state.torch_stages import split_layout  # a sharding filter: torch is loaded
+
+    return split_layout(split)
 
 
-def stage_keys(chain: list[IterDataPipe[Any]]) -> list[str]:
+def stage_keys(chain: list[Any]) -> list[str]:
     """The keys of a state's stages: position and class, so that a state fits one pipeline."""
     return [f"{index}:{type(pipe).__name__}" for index, pipe in enumerate(chain)]
 
 
-def pipeline_state(sink: IterDataPipe[Any], epoch: int | None = None) -> dict[str, Any]:
+def pipeline_state(sink: Any, epoch: int | None = None) -> dict[str, Any]:
     """The state of the pipeline ending in ``sink``, saved in ``epoch``: what
     ``sink.state_dict()`` returns. Each stage gives its own part
     (:meth:`~wdspipes.state.protocol.Resumable.get_state`).
@@ -139,7 +140,7 @@ def pipeline_state(sink: IterDataPipe[Any], epoch: int | None = None) -> dict[st
     return state_saver(sink)(epoch)
 
 
-def state_saver(sink: IterDataPipe[Any]) -> Callable[[int | None], dict[str, Any]]:
+def state_saver(sink: Any) -> Callable[[int | None], dict[str, Any]]:
     """A function that gives :func:`pipeline_state` of ``sink`` in the epoch given it, the
     graph walked once here (the stages' parts are asked for at each call): for a loader that
     takes the state of every batch.
@@ -165,7 +166,7 @@ def state_saver(sink: IterDataPipe[Any]) -> Callable[[int | None], dict[str, Any
     return save
 
 
-def restore_pipeline(sink: IterDataPipe[Any], state: dict[str, Any]) -> None:
+def restore_pipeline(sink: Any, state: dict[str, Any]) -> None:
     """Make the next iteration of ``sink`` go on from ``state``: each stage takes its part back
     (:meth:`~wdspipes.state.protocol.Resumable.set_state`). A state of one reader goes back into
     the same reader; a merged state (:func:`~wdspipes.state.elastic.merge_states`), or the state
@@ -216,7 +217,7 @@ def _plain(keys: list[str]) -> str:
     return " -> ".join(key.partition(":")[2] for key in keys)
 
 
-def abandon_epoch(source: IterDataPipe[Any]) -> None:
+def abandon_epoch(source: Any) -> None:
     """For a stage restored at the end of its epoch (``with_epoch`` after its last item, say),
     which reads no more of ``source`` in it: begin the epoch ``source`` was restored into and
     abandon it at once, as the run that saved the state did, so that the stages before take

@@ -18,26 +18,56 @@ that send a pipeline to their worker processes.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from typing import Any
 
-from torch.utils.data import IterDataPipe
-from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
-
 from wdspipes.errors import ResumeError
-from wdspipes.state.protocol import SamplePlaces, stage_name
-from wdspipes.state.torch_stages import part_of
+from wdspipes.state.protocol import Resumable, SamplePlaces, is_torch_datapipe, stage_name
 
 __all__ = [
     "chain_of",
     "epoch_begins",
+    "is_sharding_filter",
+    "part_of",
     "sample_places_of",
     "sharding_filter_of",
     "upstream_of",
 ]
 
+_SHARDING = "torch.utils.data.datapipes.iter.sharding"
 
-def upstream_of(pipe: IterDataPipe[Any]) -> Iterator[IterDataPipe[Any]]:
+
+def part_of(pipe: object) -> Resumable:
+    """The part of the state protocol that ``pipe`` plays: itself for a wdspipes stage, its
+    adapter for one of torch's (:mod:`wdspipes.state.torch_stages`, loaded only where torch's
+    DataPipes can exist: torch is loaded), a refusal naming it for anything else."""
+    if isinstance(pipe, Resumable):
+        return pipe
+    if is_torch_datapipe(pipe):
+        from wdspipes.state.torch_stages import part_of as torch_part
+
+        return torch_part(pipe)
+    return _Unknown(pipe)
+
+
+class _Unknown(Resumable):
+    """A source that is neither a wdspipes stage nor one of torch's: refused by name."""
+
+    def __init__(self, pipe: object) -> None:
+        self.pipe = pipe
+
+    def get_state(self) -> Any:
+        raise ResumeError(f"{stage_name(self.pipe)} is not a stage wdspipes can save")
+
+
+def is_sharding_filter(stage: object) -> bool:
+    """Whether ``stage`` is torch's sharding filter (asked without importing torch)."""
+    sharding = sys.modules.get(_SHARDING)
+    return sharding is not None and isinstance(stage, sharding.ShardingFilterIterDataPipe)
+
+
+def upstream_of(pipe: Any) -> Iterator[Any]:
     """The stages ``pipe`` reads, directly or not, each once, nearest first, whatever the
     shape of the graph."""
     seen = {id(pipe)}
@@ -50,15 +80,16 @@ def upstream_of(pipe: IterDataPipe[Any]) -> Iterator[IterDataPipe[Any]]:
             waiting.extend(part_of(stage).upstream())
 
 
-def sharding_filter_of(pipe: IterDataPipe[Any]) -> ShardingFilterIterDataPipe | None:
-    """The core sharding filter nearest upstream of ``pipe`` (not ``pipe`` itself), if any."""
+def sharding_filter_of(pipe: Any) -> Any:
+    """The core sharding filter nearest upstream of ``pipe`` (not ``pipe`` itself), if any
+    (torch's ``ShardingFilterIterDataPipe``); None without one."""
     for stage in upstream_of(pipe):
-        if isinstance(stage, ShardingFilterIterDataPipe):
+        if is_sharding_filter(stage):
             return stage
     return None
 
 
-def chain_of(sink: IterDataPipe[Any]) -> list[IterDataPipe[Any]]:
+def chain_of(sink: Any) -> list[Any]:
     """The stages from the source to ``sink``, which must form a single chain, each reached
     through the one after it (:meth:`~wdspipes.state.protocol.Resumable.upstream`), up to a
     stage whose part holds its sources' states
@@ -83,14 +114,14 @@ def chain_of(sink: IterDataPipe[Any]) -> list[IterDataPipe[Any]]:
     return chain
 
 
-def epoch_begins(reader: IterDataPipe[Any]) -> None:
+def epoch_begins(reader: Any) -> None:
     """The link a reader makes as each of its epochs begins: every stage before it hears of it
     (:meth:`~wdspipes.state.protocol.Resumable.epoch_begins`) before its own epoch begins."""
     for pipe in upstream_of(reader):
         part_of(pipe).epoch_begins()
 
 
-def sample_places_of(pipe: IterDataPipe[Any]) -> SamplePlaces | str | None:
+def sample_places_of(pipe: Any) -> SamplePlaces | str | None:
     """The link a sample buffer makes as its epoch begins: the
     :class:`~wdspipes.state.protocol.SamplePlaces` of the reader before ``pipe`` when every
     stage in between is :attr:`~wdspipes.state.protocol.Resumable.one_to_one`; the name of the

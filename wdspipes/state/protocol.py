@@ -39,13 +39,22 @@ the protocol.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, ClassVar
-
-from torch.utils.data import IterDataPipe
 
 from wdspipes.errors import ResumeError
 
-__all__ = ["AllReaders", "Place", "Resumable", "SamplePlaces", "reader_names", "stage_name"]
+__all__ = [
+    "AllReaders",
+    "Place",
+    "Resumable",
+    "SamplePlaces",
+    "functional_names",
+    "is_torch_datapipe",
+    "name_stage",
+    "reader_names",
+    "stage_name",
+]
 
 Place = tuple[int, int]
 """Where a sample lives: its shard's index in the epoch's list of shards (as the sharding filter
@@ -54,33 +63,64 @@ numbers them, from 0, before it splits them) and the byte offset where the sampl
 _GUIDE = "see docs/guide/writing-a-stage.md"
 
 
+_FUNCTIONAL_NAMES: dict[str, type] = {}
+_NAME_OF: dict[type, str] = {}
+
+
+def name_stage(name: str, cls: type) -> None:
+    """Record ``cls`` as the wdspipes stage of functional name ``name``, in wdspipes' own
+    registry (torch's ``IterDataPipe.functions`` is torch's). A DataPipe front end takes the
+    name of the core class it subclasses (see :mod:`wdspipes.core.datapipe`).
+
+    Raises:
+        RuntimeError: the name is another stage's already.
+    """
+    known = _FUNCTIONAL_NAMES.setdefault(name, cls)
+    if not issubclass(cls, known):
+        raise RuntimeError(f"the functional name {name!r} is {known.__qualname__}'s already")
+    _NAME_OF[cls] = name
+
+
+def functional_names() -> dict[str, type]:
+    """wdspipes' registry: functional name -> stage class (the core class of a DataPipe front
+    end), for the stages loaded so far."""
+    return dict(_FUNCTIONAL_NAMES)
+
+
+def is_torch_datapipe(value: object) -> bool:
+    """Whether ``value`` is one of torch's ``IterDataPipe`` s. Asked without importing torch:
+    none can exist before ``torch.utils.data`` is loaded.
+
+    >>> is_torch_datapipe([1, 2])
+    False
+    """
+    torch_data = sys.modules.get("torch.utils.data")
+    return torch_data is not None and isinstance(value, torch_data.IterDataPipe)
+
+
 def stage_name(datapipe: object) -> str:
-    """A stage's class (or the class given) and, where it has one, its functional name.
+    """A stage's class (or the class given) and, where it has one, its functional name
+    (wdspipes' own registry, then torch's where torch is loaded).
 
     >>> from torch.utils.data.datapipes.iter import IterableWrapper
     >>> stage_name(IterableWrapper([]).shuffle()), stage_name(IterableWrapper([]))
     ('ShufflerIterDataPipe (shuffle)', 'IterableWrapperIterDataPipe')
     """
     cls = datapipe if isinstance(datapipe, type) else type(datapipe)
-    for name, registered in IterDataPipe.functions.items():
-        # ours carry their class; torch's are partials of a wrapper taking the class first
-        # (under the names torch owns, wrapped: see wdspipes.samples.torch_names)
-        function = getattr(registered, "_wds_theirs", registered)
-        built = getattr(function, "_wds_stage", None) or next(
-            iter(getattr(function, "args", ())), None
-        )
-        if built is cls:
+    if cls in _NAME_OF:
+        return f"{cls.__name__} ({_NAME_OF[cls]})"
+    torch_data = sys.modules.get("torch.utils.data")
+    functions = {} if torch_data is None else torch_data.IterDataPipe.functions
+    for name, function in functions.items():
+        # torch's are partials of a wrapper taking the class first
+        if next(iter(getattr(function, "args", ())), None) is cls:
             return f"{cls.__name__} ({name})"
     return cls.__name__
 
 
 def reader_names() -> list[str]:
     """The functional names of the registered readers (:attr:`Resumable.reader`)."""
-    return sorted(
-        name
-        for name, function in IterDataPipe.functions.items()
-        if getattr(getattr(function, "_wds_stage", None), "reader", False)
-    )
+    return sorted(name for name, cls in _FUNCTIONAL_NAMES.items() if getattr(cls, "reader", False))
 
 
 class SamplePlaces:
@@ -153,12 +193,13 @@ class Resumable:
     stops at it, and it and the stages after it resume, as a reader and the stages after it
     do."""
 
-    def upstream(self) -> tuple[IterDataPipe[Any], ...]:
-        """The DataPipes this stage reads, through which the walker reaches their parts: its
-        ``source_datapipe`` by default, none for a source. A stage that reads others names
-        them all (they are the ones torch's graph walk finds in its attributes)."""
+    def upstream(self) -> tuple[Any, ...]:
+        """The stages this stage reads, through which the walker reaches their parts: its
+        ``source_datapipe`` by default where that is a stage (wdspipes' or torch's), none for
+        a source (or one that reads a plain iterable). A stage that reads others names them
+        all (they are the ones torch's graph walk finds in its attributes)."""
         source = getattr(self, "source_datapipe", None)
-        return (source,) if isinstance(source, IterDataPipe) else ()
+        return (source,) if isinstance(source, Resumable) or is_torch_datapipe(source) else ()
 
     def get_state(self) -> Any:
         """This stage's part of the state: plain data (numbers, strings, lists, dicts, bytes)

@@ -39,10 +39,10 @@ from typing import IO, Any, Protocol
 
 import msgpack
 
-from wdspipes.core.datapipe import Sample
+from wdspipes.core.stage import Sample
 from wdspipes.errors import WdsError
 from wdspipes.io.local import local_path
-from wdspipes.pipeline import WebDataset
+from wdspipes.read.grouping import tar_samples
 from wdspipes.write import ShardWriter
 
 __all__ = [
@@ -373,7 +373,7 @@ class ShardSource:
         return cls(url, ignore_zeros, size)
 
     def samples(self) -> Iterator[Sample]:
-        for sample in WebDataset([self.name], ignore_zeros=self.ignore_zeros):
+        for sample in tar_samples([self.name], ignore_zeros=self.ignore_zeros):
             del sample["__url__"]
             yield sample
 

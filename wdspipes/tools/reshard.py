@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from wdspipes.core.datapipe import Sample
+from wdspipes.core.stage import Sample
 from wdspipes.io.local import local_path
 from wdspipes.io.urls import check_url
 from wdspipes.read.specs import ShardSpec, expand_urls

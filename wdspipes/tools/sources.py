@@ -41,8 +41,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import BinaryIO
 
-from wdspipes.core.datapipe import Sample
 from wdspipes.core.names import is_meta, split_name
+from wdspipes.core.stage import Sample
 from wdspipes.errors import WdsError
 from wdspipes.read.walk import iter_tar
 

@@ -20,11 +20,9 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from torch.utils.data import IterDataPipe
-
 from wdspipes.core.curried import Stage, stage_factory
-from wdspipes.core.datapipe import Sample, StageDataPipe, functional_stage
 from wdspipes.core.seeds import SeededStage, Seeding
+from wdspipes.core.stage import CoreStage, Sample, core_stage
 from wdspipes.errors import DecodeError, Handler, handle, reraise_exception, sample_location
 from wdspipes.samples.decoders.basic import (
     MAX_DECODED_SIZE,
@@ -259,8 +257,8 @@ class Decoder:
             ) from exn
 
 
-@functional_stage("decode")
-class SampleDecoder(SeededStage, StageDataPipe[Sample]):
+@core_stage("decode")
+class SampleDecoder(SeededStage, CoreStage[Sample]):
     """Decode the fields of each sample (functional name: ``decode``).
 
     Each sample goes through a :class:`Decoder` made of the arguments.
@@ -323,7 +321,7 @@ class SampleDecoder(SeededStage, StageDataPipe[Sample]):
 
     def __init__(
         self,
-        source_datapipe: IterDataPipe[Sample],
+        source_datapipe: Iterable[Sample],
         *handlers: str | FieldHandler,
         only: str | Iterable[str] | None = None,
         partial: bool = False,

@@ -15,7 +15,7 @@ it) is a :class:`~wdspipes.errors.StreamFormatError` naming the URL and the item
 offset. Items have no framing to resynchronise on, so a handler that continues skips the rest
 of that shard and goes on with the next. A shard cut exactly between two items cannot be told
 from a shorter one: it reads without an error, which is why the writers put a file under its
-name only once it is complete (:mod:`wdspipes.write.streams`).
+name only once it is complete (:mod:`wdspipes.write.stream_shards`).
 
 The loaders save their place for mid-epoch resume (:mod:`wdspipes.read.positions`): the next item's
 shard, byte offset and number in its shard.
@@ -24,18 +24,17 @@ shard, byte offset and number in its shard.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
 import cbor2
 import msgpack
-from torch.utils.data import IterDataPipe
 
 from wdspipes.core.curried import Stage, stage_factory
-from wdspipes.core.datapipe import Sample, functional_stage
+from wdspipes.core.stage import Sample, core_stage, front_end_of
 from wdspipes.errors import Handler, ResumeError, StreamFormatError, reraise_exception
-from wdspipes.io.opener import OpenedShard, ShardOpener
 from wdspipes.io.urls import ByteStream, RawShard, discard
+from wdspipes.read.opener import OpenedShard, ShardOpener
 from wdspipes.read.positions import END, SampleReader, ShardCursor, read_shards
 
 __all__ = [
@@ -137,7 +136,7 @@ class StreamLoader(SampleReader):
     items: _Decoder
 
     def __init__(
-        self, source_datapipe: IterDataPipe[OpenedShard], handler: Handler = reraise_exception
+        self, source_datapipe: Iterable[OpenedShard], handler: Handler = reraise_exception
     ) -> None:
         super().__init__()  # the resume bookkeeping: see wdspipes.read.positions
         self.source_datapipe = source_datapipe
@@ -226,7 +225,7 @@ def _sample(
     return item
 
 
-@functional_stage("load_cbor")
+@core_stage("load_cbor")
 class CborLoader(StreamLoader):
     """Samples from shards of concatenated CBOR items (functional name: ``load_cbor``).
 
@@ -254,7 +253,7 @@ class CborLoader(StreamLoader):
     items = staticmethod(_cbor_items)
 
 
-@functional_stage("load_msgpack")
+@core_stage("load_msgpack")
 class MsgpackLoader(StreamLoader):
     """Samples from shards of concatenated msgpack items (functional name: ``load_msgpack``).
 
@@ -282,12 +281,14 @@ class MsgpackLoader(StreamLoader):
     items = staticmethod(_msgpack_items)
 
 
-def _cbors_to_samples(source: IterDataPipe[str], handler: Handler) -> CborLoader:
-    return CborLoader(ShardOpener(source, handler=handler), handler=handler)
+def _cbors_to_samples(source: Iterable[str], handler: Handler) -> CborLoader:
+    opened = front_end_of(ShardOpener)(source, handler=handler)
+    return front_end_of(CborLoader)(opened, handler=handler)  # type: ignore[no-any-return]
 
 
-def _msgpack_to_samples(source: IterDataPipe[str], handler: Handler) -> MsgpackLoader:
-    return MsgpackLoader(ShardOpener(source, handler=handler), handler=handler)
+def _msgpack_to_samples(source: Iterable[str], handler: Handler) -> MsgpackLoader:
+    opened = front_end_of(ShardOpener)(source, handler=handler)
+    return front_end_of(MsgpackLoader)(opened, handler=handler)  # type: ignore[no-any-return]
 
 
 @stage_factory

@@ -1,5 +1,5 @@
 """Writers of stream shards: samples as concatenated CBOR or msgpack items, one item each,
-read back by ``load_cbor`` and ``load_msgpack`` (:mod:`wdspipes.read.streams`).
+read back by ``load_cbor`` and ``load_msgpack`` (:mod:`wdspipes.read.stream_shards`).
 
 An item holds a sample's fields and its ``__key__``; the other ``__`` entries (``__url__``,
 ``__local_path__``) are left out. A file written to a path is put under its name only once it

@@ -3,8 +3,12 @@
 
 webdataset's fluid methods of these names are torch's (``shuffle``, ``map``) or torchdata's
 (``slice``, ``repeat``: registered once ``torchdata.datapipes`` is imported, as
-``torchdata.dataloader2`` does; wdspipes never imports it) for other stages. wdspipes cannot take
-the names, and a torch-style call keeps doing what torch's does. The rule for the rest:
+``torchdata.dataloader2`` does; wdspipes never imports it) for other stages. wdspipes leaves
+torch's registry as it is: the four are methods of its own stages
+(:class:`~wdspipes.core.datapipe.StageDataPipe`), which run the functions of this module, so
+torch's own DataPipes keep torch's meanings (``IterableWrapper(x).shuffle(4)`` is torch's
+error; ``.buffer_shuffle(4)`` is the shuffle buffer on any DataPipe). On a wdspipes stage, a
+torch-style call keeps doing what torch's does. The rule for the rest:
 
 - a call that only webdataset's signature takes gets webdataset's meaning:
   ``.shuffle(1000)`` (torch's takes no positional size) is ``.buffer_shuffle(1000)``, with
@@ -22,9 +26,10 @@ the names, and a torch-style call keeps doing what torch's does. The rule for th
 
 >>> import wdspipes as wds
 >>> from torch.utils.data.datapipes.iter import IterableWrapper
->>> type(IterableWrapper(range(9)).shuffle(4)).__name__, type(IterableWrapper([]).shuffle())
+>>> items = IterableWrapper(range(9)).islice(None)  # a wdspipes stage
+>>> type(items.shuffle(4)).__name__, type(items.shuffle())
 ('BufferShuffler', <class 'torch.utils.data.datapipes.iter.combinatorics.ShufflerIterDataPipe'>)
->>> list(IterableWrapper(range(5)).map(lambda x: x or None, handler=wds.reraise_exception))
+>>> list(items.islice(5).map(lambda x: x or None, handler=wds.reraise_exception))
 [1, 2, 3, 4]
 >>> list(IterableWrapper("ab").islice(2).repeat(nepochs=2))
 ['a', 'b', 'a', 'b']
@@ -32,37 +37,21 @@ the names, and a torch-style call keeps doing what torch's does. The rule for th
 
 from __future__ import annotations
 
-import functools
-import itertools
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from torch.utils.data import IterDataPipe
 
-from wdspipes.core.datapipe import StageDataPipe, until_registered
+from wdspipes.core.datapipe import webdataset_call
 from wdspipes.errors import TorchNameWarning
-from wdspipes.samples.epochs import EpochRepeater
-from wdspipes.samples.fields import ItemSlicer, SampleMapper
-from wdspipes.samples.shuffle import BufferShuffler, seed_from
-from wdspipes.state.graph import upstream_of
+from wdspipes.pipes.samples import BufferShuffler, EpochRepeater, ItemSlicer, SampleMapper
+from wdspipes.samples.shuffle import seed_from
 
-__all__ = ["install", "is_wdspipes_pipeline"]
+__all__ = ["install"]
 
 Theirs = Callable[..., Any] | None
 """The function torch or torchdata registered under the name; None where none is."""
-
-
-def is_wdspipes_pipeline(pipe: IterDataPipe[Any]) -> bool:
-    """Whether ``pipe`` or a stage before it is a wdspipes stage.
-
-    >>> from torch.utils.data.datapipes.iter import IterableWrapper
-    >>> is_wdspipes_pipeline(IterableWrapper([1]).map(str)), is_wdspipes_pipeline(
-    ...     IterableWrapper([1]).islice(1).map(str))
-    (False, True)
-    """
-    stages = itertools.chain((pipe,), upstream_of(pipe))
-    return any(isinstance(stage, StageDataPipe) for stage in stages)
 
 
 def _shuffle(theirs: Theirs, source: IterDataPipe[Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -99,7 +88,7 @@ def _map(theirs: Theirs, source: IterDataPipe[Any], /, *args: Any, **kwargs: Any
     if "handler" in kwargs:
         return _webdataset_map(source, *args, **kwargs)
     mapper = theirs(source, *args, **kwargs)
-    if len(args) == 1 and not kwargs and is_wdspipes_pipeline(source):
+    if len(args) == 1 and not kwargs:
         mapper.fn = TorchMapFunction(mapper.fn)
     return mapper
 
@@ -149,10 +138,10 @@ def _warn_map(fn: Callable[[Any], Any], result: Any) -> None:
 
 
 def _slice(theirs: Theirs, source: IterDataPipe[Any], /, *args: Any, **kwargs: Any) -> Any:
-    assert theirs is not None  # called through torchdata's registration only
+    if theirs is None:
+        _no_slice(source)
     result = theirs(source, *args, **kwargs)
-    if is_wdspipes_pipeline(source):
-        warnings.warn(_slice_advice(args), TorchNameWarning, stacklevel=3)
+    warnings.warn(_slice_advice(args), TorchNameWarning, stacklevel=5)
     return result
 
 
@@ -165,7 +154,7 @@ def _slice_advice(args: tuple[Any, ...]) -> str:
     )
 
 
-def _no_slice(stage: IterDataPipe[Any]) -> Any:
+def _no_slice(stage: IterDataPipe[Any]) -> NoReturn:
     raise AttributeError(
         f"'{type(stage).__name__}' object has no attribute 'slice': webdataset's .slice(...) "
         "is .islice(...) in wdspipes (wds.slice(...) in a DataPipeline); torchdata's .slice, "
@@ -187,8 +176,7 @@ def _repeat(theirs: Theirs, source: IterDataPipe[Any], /, *args: Any, **kwargs: 
             f"{advice}; torchdata's .repeat exists once torchdata.datapipes is imported"
         )
     result = theirs(source, *args, **kwargs)
-    if is_wdspipes_pipeline(source):
-        warnings.warn(f".repeat is torchdata's here: {advice}", TorchNameWarning, stacklevel=3)
+    warnings.warn(f".repeat is torchdata's here: {advice}", TorchNameWarning, stacklevel=5)
     return result
 
 
@@ -209,36 +197,20 @@ _CALLS: dict[str, Callable[..., Any]] = {
 }
 
 
-def _owned(name: str, theirs: Callable[..., Any]) -> Callable[..., Any]:
-    """``theirs``, registered under ``name``, following the rule of the module."""
+def _calling(name: str) -> Callable[..., Any]:
+    """The method ``name`` of wdspipes' stages: the rule of the module, with what torch or
+    torchdata registers under ``name`` now (None where nothing is)."""
     call = _CALLS[name]
 
-    def function(source: IterDataPipe[Any], /, *args: Any, **kwargs: Any) -> Any:
-        return call(theirs, source, *args, **kwargs)
+    def method(source: IterDataPipe[Any], /, *args: Any, **kwargs: Any) -> Any:
+        return call(IterDataPipe.functions.get(name), source, *args, **kwargs)
 
-    function.__doc__ = f"{theirs.__doc__}\n\n(wdspipes: see wdspipes.samples.torch_names.)"
-    function.__name__ = function.__qualname__ = name
-    function._wds_theirs = theirs  # type: ignore[attr-defined]
-    return function
-
-
-class _Functions(dict[str, Callable[..., Any]]):
-    """``IterDataPipe.functions``, in which what torch or torchdata registers under one of the
-    names owned follows the rule of the module, whenever it is registered."""
-
-    def __setitem__(self, name: str, function: Callable[..., Any]) -> None:
-        if name in _CALLS and not hasattr(function, "_wds_theirs"):
-            function = _owned(name, function)
-        super().__setitem__(name, function)
+    method.__name__ = method.__qualname__ = name
+    return method
 
 
 def install() -> None:
-    """Make the names owned follow the rule of the module: those registered now, those
-    registered later (torchdata's), and, on wdspipes stages, those not registered."""
-    if not isinstance(IterDataPipe.functions, _Functions):
-        functions = _Functions()
-        for name, function in IterDataPipe.functions.items():
-            functions[name] = function
-        IterDataPipe.functions = functions
-    until_registered("slice", _no_slice)
-    until_registered("repeat", lambda stage: functools.partial(_repeat, None, stage))
+    """Make webdataset's calls of the names owned, on wdspipes' stages, follow the rule of the
+    module (torch's registry stays as torch and torchdata make it)."""
+    for name in _CALLS:
+        webdataset_call(name, _calling(name))

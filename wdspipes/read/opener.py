@@ -5,14 +5,12 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any
 
-from torch.utils.data import IterDataPipe
-
 from wdspipes.core.curried import Stage, stage_factory
-from wdspipes.core.datapipe import StageDataPipe, functional_stage
 from wdspipes.core.distributed import check_split, warn_idle_reader
+from wdspipes.core.stage import CoreStage, core_stage
 from wdspipes.errors import (
     Handler,
     ResumeError,
@@ -61,8 +59,8 @@ def opened(item: ShardItem, stream: ByteStream) -> OpenedShard:
     return {**item, "url": redact(shard_url(item)), "stream": stream}
 
 
-@functional_stage("open_shards")
-class ShardOpener(StageDataPipe[OpenedShard]):
+@core_stage("open_shards")
+class ShardOpener(CoreStage[OpenedShard]):
     """Open each shard of the source (functional name: ``open_shards``).
 
     The source yields shard items: URL strings, or dicts with the URL under ``"url"`` as
@@ -123,7 +121,7 @@ class ShardOpener(StageDataPipe[OpenedShard]):
         ShardSplitError: some rank gets no shard.
         OSError: the cache directory cannot be made.
 
-    >>> from wdspipes.read.shards import ShardList
+    >>> from wdspipes import ShardList  # the DataPipe, on which open_shards chains
     >>> [(url, stream.read()) for url, stream in ShardList(["pipe:printf hello"]).open_shards()]
     [('pipe:printf hello', b'hello')]
     >>> from torch.utils.data.datapipes.iter import IterableWrapper
@@ -137,7 +135,7 @@ class ShardOpener(StageDataPipe[OpenedShard]):
 
     def __init__(
         self,
-        source_datapipe: IterDataPipe[ShardItem],
+        source_datapipe: Iterable[ShardItem],
         handler: Handler = reraise_exception,
         *,
         cache_dir: CacheDir | None = None,
