@@ -399,10 +399,6 @@ def run_watched(*args: str | Path, cwd: Path) -> Result:
 LONG_NAME = "a-shard-with-a-name-long-enough-that-the-summary-runs-past-a-hundred-columns.tar"
 TEXTS = "texts.tar"
 """A shard of text fields alone: ``show`` reads it and finds no image to decode."""
-NEEDS_THE_CORE = pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="until the core of issue 28a lands"
-)
-"""Commands that read samples through the DataPipe stages, which load torch for now."""
 
 
 @pytest.mark.parametrize(
@@ -418,23 +414,20 @@ NEEDS_THE_CORE = pytest.mark.xfail(
         pytest.param(
             ["create", "series-%02d.tar", "src", "--maxcount", "3"],
             0,
-            marks=NEEDS_THE_CORE,
             id="create a series",
         ),
-        pytest.param(["cat", LONG_NAME, "-o", "copy.tar"], 0, marks=NEEDS_THE_CORE, id="cat"),
+        pytest.param(["cat", LONG_NAME, "-o", "copy.tar"], 0, id="cat"),
         pytest.param(
             ["cat", LONG_NAME, "--shuffle", "4", "-o", "shuffled.tar"],
             0,
-            marks=NEEDS_THE_CORE,
             id="cat --shuffle",
         ),
         pytest.param(
             ["reshard", LONG_NAME, "-o", "re-%02d.tar", "--maxcount", "3"],
             0,
-            marks=NEEDS_THE_CORE,
             id="reshard",
         ),
-        pytest.param(["show", TEXTS, "-o", "sheet.png"], 1, marks=NEEDS_THE_CORE, id="show"),
+        pytest.param(["show", TEXTS, "-o", "sheet.png"], 1, id="show"),
     ],
 )
 def test_commands_start_without_torch(args: list[str], status: int, tmp_path: Path) -> None:

@@ -999,11 +999,6 @@ print("torch loaded" if "torch" in sys.modules else "no torch")
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="until the core of issue 28a lands: importing wdspipes.samples loads torch",
-)
 @pytest.mark.parametrize("step", ["write", "decode"])
 def test_a_tenbin_field_is_written_and_decoded_without_torch(step: str) -> None:
     command = [sys.executable, "-c", TENBIN_WITHOUT_TORCH, step]
