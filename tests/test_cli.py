@@ -399,6 +399,8 @@ def run_watched(*args: str | Path, cwd: Path) -> Result:
 LONG_NAME = "a-shard-with-a-name-long-enough-that-the-summary-runs-past-a-hundred-columns.tar"
 TEXTS = "texts.tar"
 """A shard of text fields alone: ``show`` reads it and finds no image to decode."""
+PICTURES = "pictures.tar"
+"""A shard of two PNG images, which ``show`` decodes with Pillow and numpy, without torch."""
 
 
 @pytest.mark.parametrize(
@@ -428,15 +430,20 @@ TEXTS = "texts.tar"
             id="reshard",
         ),
         pytest.param(["show", TEXTS, "-o", "sheet.png"], 1, id="show"),
+        pytest.param(["show", PICTURES, "-o", "sheet.png"], 0, id="show decoding"),
     ],
 )
 def test_commands_start_without_torch(args: list[str], status: int, tmp_path: Path) -> None:
-    """Each command in a new process, which says whether torch was loaded: none needs it but
-    ``show`` as it decodes images (given none here: "no images", status 1)."""
+    """Each command in a new process, which says whether torch was loaded: none needs it,
+    ``show`` decoding images included."""
     write_tree(tmp_path / "src")
     (tmp_path / "texts").mkdir()
     (tmp_path / "texts" / "a.txt").write_text("no image here")
-    for shard, tree in ((LONG_NAME, "src"), (TEXTS, "texts")):
+    (tmp_path / "pictures").mkdir()
+    for number in range(2):
+        image = Image.new("RGB", (16, 16), (number * 100, 50, 200))
+        image.save(tmp_path / "pictures" / f"{number:04d}.png")
+    for shard, tree in ((LONG_NAME, "src"), (TEXTS, "texts"), (PICTURES, "pictures")):
         assert main(["create", str(tmp_path / shard), str(tmp_path / tree)]) == 0
     result = run_watched(*args, cwd=tmp_path)
     assert result.returncode == status, (args, result.stderr)

@@ -50,7 +50,7 @@ def first_image(sample: Sample) -> tuple[str, bytes] | None:
     >>> first_image({"__key__": "a", "cls": b"1", "seg.png": b"P", "jpg": b"J"})
     ('seg.png', b'P')
     """
-    from wdspipes.samples.decoders.images import IMAGE_FORMATS  # numpy and torch: as it reads
+    from wdspipes.samples.decoders.images import IMAGE_FORMATS  # Pillow and numpy: as it reads
 
     for name, value in sample.items():
         if not name.startswith("__") and name.rsplit(".", 1)[-1] in IMAGE_FORMATS:
