@@ -115,7 +115,7 @@ class IteratorStage(StageDataPipe[Any]):
         )
 
 
-Source = Iterable[Any] | Callable[[], Iterable[Any]]
+Items = Iterable[Any] | Callable[[], Iterable[Any]]
 """What :class:`IterableSource` reads: an iterable, or a function that returns one."""
 
 
@@ -155,7 +155,7 @@ class IterableSource(StageDataPipe[Any]):
 
     restartable = True
 
-    def __init__(self, source: Source) -> None:
+    def __init__(self, source: Items) -> None:
         super().__init__()
         if isinstance(source, Iterator):
             raise TypeError(

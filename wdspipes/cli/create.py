@@ -47,7 +47,7 @@ from wdspipes.errors import WdsError
 from wdspipes.write.shards import check_pattern
 
 if TYPE_CHECKING:
-    from wdspipes.tools.buckets import Source
+    from wdspipes.tools.buckets import ReshardInput
     from wdspipes.tools.sources import ClassTar
 
 __all__ = ["create", "read_recipe", "tree_members"]
@@ -143,7 +143,7 @@ def _create_series(
     if classes:
         if not os.path.isfile(source):
             raise click.ClickException(f"{source}: not a tar of class tars (no such file)")
-        sources: list[Source] = [*_classes(source)]
+        sources: list[ReshardInput] = [*_classes(source)]
     elif os.path.isdir(source):
         sources = [*file_sources(tree_members(source))]
     elif os.path.isfile(source):

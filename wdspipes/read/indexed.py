@@ -65,7 +65,7 @@ from wdspipes.read.offsets import (
     sidecar_path,
     write_sidecar,
 )
-from wdspipes.read.shard_reader import ShardReader, Source, problem
+from wdspipes.read.shard_reader import ShardBytes, ShardReader, problem
 
 __all__ = ["IndexedShards"]
 
@@ -413,7 +413,7 @@ class IndexedShards:
 
     # --- checks ----------------------------------------------------------------------------
 
-    def _checked(self, entry: ShardEntry, offsets: ShardOffsets, source: Source) -> ShardReader:
+    def _checked(self, entry: ShardEntry, offsets: ShardOffsets, source: ShardBytes) -> ShardReader:
         """A reader of the shard, refusing every sample if it is whole but not what its entry
         says."""
         refusal = None

@@ -43,11 +43,11 @@ are checked when the shard is opened (its size and modification time, see
 ...         info = tarfile.TarInfo(name); info.size = 1
 ...         tf.addfile(info, io.BytesIO(b"1"))
 >>> data = buf.getvalue()
->>> class Source:
+>>> class InMemory:
 ...     def read_range(self, start, size):
 ...         return data[start : start + size]
 >>> offsets = scan_offsets(io.BytesIO(data), "mem.tar", size=len(data))
->>> reader = ShardReader(ShardEntry("mem.tar", 2), offsets, Source())
+>>> reader = ShardReader(ShardEntry("mem.tar", 2), offsets, InMemory())
 >>> reader.sample(0, 10)  # parsed, its layout kept
 {'__key__': 'a', '__url__': 'mem.tar', '__index__': 10, '__shardindex__': 0, 'txt': b'1', \
 'cls': b'1'}
@@ -68,7 +68,7 @@ from wdspipes.read.index_file import ShardEntry
 from wdspipes.read.offsets import ShardOffsets, parse_sample, short_read
 from wdspipes.read.walk import BLOCK, plain_header
 
-__all__ = ["UNPLAIN", "ShardReader", "Source", "problem"]
+__all__ = ["UNPLAIN", "ShardBytes", "ShardReader", "problem"]
 
 UNPLAIN = 255
 """The number of members of a sample that has no layout: it is parsed at every read."""
@@ -88,7 +88,7 @@ Sample = dict[str, Any]
 Member = tuple[int, int, str, int]  # data start, size, field, header hash
 
 
-class Source(Protocol):
+class ShardBytes(Protocol):
     """Where a shard's bytes are read: a :class:`~wdspipes.io.ranges.RangeReader`."""
 
     def read_range(self, start: int, size: int) -> bytes: ...
@@ -109,7 +109,7 @@ class ShardReader:
         self,
         entry: ShardEntry,
         offsets: ShardOffsets,
-        source: Source | None,
+        source: ShardBytes | None,
         ignore_zeros: bool = False,
         refusal: WdsError | None = None,
     ) -> None:

@@ -48,12 +48,12 @@ from wdspipes.write import ShardWriter
 __all__ = [
     "BucketReader",
     "BucketShuffle",
+    "ReshardInput",
     "Run",
     "Scatter",
     "Scattered",
     "ShardSource",
     "ShufflePlan",
-    "Source",
     "Staged",
     "Tally",
     "Written",
@@ -331,7 +331,7 @@ class Scattered:
     tally: Tally = field(default_factory=Tally)
 
 
-class Source(Protocol):
+class ReshardInput(Protocol):
     """One input of a reshard, read by one task of pass 1: its samples, a name for errors,
     and its size in bytes if known (to choose the number of buckets)."""
 
@@ -345,7 +345,7 @@ class Source(Protocol):
         """The samples, each a dict of ``__key__`` and fields' bytes."""
         ...
 
-    def shared(self) -> Source:
+    def shared(self) -> ReshardInput:
         """The same input, named so that a process in another directory finds it."""
         ...
 
@@ -383,7 +383,7 @@ class ShardSource:
         return ShardSource(os.path.abspath(self.name), self.ignore_zeros, self.size)
 
 
-def total_size(sources: Iterable[Source]) -> int | None:
+def total_size(sources: Iterable[ReshardInput]) -> int | None:
     """The sizes of all ``sources`` added, None if one is not known."""
     sizes = [source.size for source in sources]
     return None if None in sizes else sum(size or 0 for size in sizes)
@@ -402,7 +402,7 @@ def scatter_samples(plan: ShufflePlan, source: int, samples: Iterable[Sample]) -
     return Scattered(parts, scatter.tally)
 
 
-def scatter_source(plan: ShufflePlan, number: int, source: Source) -> Scattered:
+def scatter_source(plan: ShufflePlan, number: int, source: ReshardInput) -> Scattered:
     """Pass 1 over input number ``number`` (:func:`scatter_samples` of its samples)."""
     return scatter_samples(plan, number, source.samples())
 

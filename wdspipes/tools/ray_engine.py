@@ -23,10 +23,10 @@ from urllib.parse import urlsplit
 
 from wdspipes.tools.buckets import (
     Bucket,
+    ReshardInput,
     Run,
     Scattered,
     ShufflePlan,
-    Source,
     Tally,
     Written,
     bucket_pattern,
@@ -132,7 +132,7 @@ class RaySession:
     def shuffle(
         self,
         plan: ShufflePlan,
-        sources: list[Source],
+        sources: list[ReshardInput],
         staging: str,
         options: dict[str, Any],
         progress: bool,

@@ -43,10 +43,10 @@ from wdspipes.read.specs import ShardSpec, expand_urls
 from wdspipes.tools.buckets import (
     LOAD_LIMIT,
     BucketShuffle,
+    ReshardInput,
     Run,
     ShardSource,
     ShufflePlan,
-    Source,
     Staged,
     Tally,
     bucket_count,
@@ -217,7 +217,7 @@ def reshard(
 
 
 def reshard_sources(
-    sources: Sequence[Source],
+    sources: Sequence[ReshardInput],
     pattern: str,
     maxcount: int = 100_000,
     maxsize: float = 3e9,
@@ -232,7 +232,7 @@ def reshard_sources(
     cpus: int | None = None,
     unsafe_names: bool = False,
 ) -> ReshardReport:
-    """:func:`reshard` of any inputs, each a :class:`~wdspipes.tools.buckets.Source` read
+    """:func:`reshard` of any inputs, each a :class:`~wdspipes.tools.buckets.ReshardInput` read
     by one task of pass 1 (shards by URL, the class archives of
     :mod:`~wdspipes.tools.classes`); the same arguments, and the same errors."""
     limits = {"maxcount": maxcount, "maxsize": maxsize, "memory": memory, "tmpdir": tmpdir}
@@ -278,7 +278,7 @@ def reshard_sources(
 
 
 def _copy_here(
-    sources: Sequence[Source], staging: str, options: dict[str, Any], progress: bool
+    sources: Sequence[ReshardInput], staging: str, options: dict[str, Any], progress: bool
 ) -> Run:
     """The samples in input order, into one series of shards."""
     written = Tally()
@@ -290,7 +290,7 @@ def _copy_here(
 
 def _shuffle_here(
     plan: ShufflePlan,
-    sources: list[Source],
+    sources: list[ReshardInput],
     staging: str,
     options: dict[str, Any],
     progress: bool,
@@ -454,7 +454,7 @@ class _Reader:
     it comes, set to the sources' sizes at each one's end). ``begin`` is called with each
     source's number before its samples."""
 
-    def __init__(self, sources: Sequence[Source], progress: bool, desc: str) -> None:
+    def __init__(self, sources: Sequence[ReshardInput], progress: bool, desc: str) -> None:
         self.sources = sources
         self.tally = Tally()
         self.bar = byte_bar(progress, desc, total_size(sources))

@@ -1,4 +1,4 @@
-"""Inputs of a reshard other than shards (:class:`~wdspipes.tools.buckets.Source`), for
+"""Inputs of a reshard other than shards (:class:`~wdspipes.tools.buckets.ReshardInput`), for
 ``wdspipes create`` with an output pattern: files, and class archives.
 
 Files (:func:`file_sources`): a list of ``(archive name, path)`` pairs, cut at sample
@@ -57,7 +57,7 @@ EXTENSIONS = {"jpeg": "jpg"}
 
 @dataclass(frozen=True)
 class ClassTar:
-    """One class's tar inside the outer archive: a :class:`~wdspipes.tools.buckets.Source`.
+    """One class's tar inside the outer archive: a :class:`~wdspipes.tools.buckets.ReshardInput`.
 
     Attributes:
         archive: the path of the outer archive.
@@ -157,7 +157,7 @@ def group_files(
 @dataclass(frozen=True)
 class FileSource:
     """Files read into samples (:func:`group_files`): a
-    :class:`~wdspipes.tools.buckets.Source`.
+    :class:`~wdspipes.tools.buckets.ReshardInput`.
 
     Attributes:
         files: ``(archive name, path)`` pairs, in order.
