@@ -117,8 +117,7 @@ def _as_datapipe(source: Iterable[T]) -> Iterable[T]:
 class Interleaver(mix.Interleaver[T], StageDataPipe[T]):
     """The DataPipe of :class:`wdspipes.samples.mix.Interleaver`."""
 
-    def _as_source(self, source: Iterable[T]) -> Iterable[T]:
-        return _as_datapipe(super()._as_source(source))
+    _as_source = staticmethod(_as_datapipe)
 
 
 @front_end
@@ -130,8 +129,7 @@ class RoundRobin(mix.RoundRobin[T], Interleaver[T]):
 class RandomInterleaver(mix.RandomInterleaver[T], StageDataPipe[T]):
     """The DataPipe of :class:`wdspipes.samples.mix.RandomInterleaver`."""
 
-    def _as_source(self, source: Iterable[T]) -> Iterable[T]:
-        return _as_datapipe(super()._as_source(source))
+    _as_source = staticmethod(_as_datapipe)
 
 
 @front_end

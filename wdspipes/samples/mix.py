@@ -54,14 +54,14 @@ class _Mixer(CoreStage[T]):
 
     def __init__(self, sources: Sequence[Iterable[T]], longest: bool) -> None:
         super().__init__()
-        pipes = tuple(self._as_source(source) for source in sources)
-        stages = [id(p) for p in pipes if isinstance(p, Resumable) or is_torch_datapipe(p)]
-        if len(set(stages)) < len(stages):
+        pipes = tuple(self._as_source(_checked(source)) for source in sources)
+        self.source_datapipes = pipes
+        stages = self.upstream()
+        if len({id(stage) for stage in stages}) < len(stages):
             raise ValueError(
                 "the same stage is given twice to a mixer: a stage is read by one iterator at "
                 "a time (build the pipeline twice, or use .fork())"
             )
-        self.source_datapipes = pipes
         self.longest = bool(longest)
         # The place in this epoch (see START, END; a dict while under way), each source's
         # phase, which sources a restored state left to abandon first, and a loaded state.
@@ -70,17 +70,19 @@ class _Mixer(CoreStage[T]):
         self._abandon = [False] * len(pipes)
         self._resume: dict[str, Any] | str | None = None
 
-    def _as_source(self, source: Iterable[T]) -> Iterable[T]:
-        """A source as the mixer reads it: itself, checked (a DataPipe front end wraps a
-        plain iterable in torch's ``IterableWrapper``)."""
-        if isinstance(source, str | bytes) or not isinstance(source, Iterable):
-            raise TypeError(
-                f"a mixer's source must be an iterable of items, got {type(source).__name__}"
-            )
+    @staticmethod
+    def _as_source(source: Iterable[T]) -> Iterable[T]:
+        """A source as the mixer reads it: itself (a DataPipe front end wraps a plain
+        iterable in torch's ``IterableWrapper``)."""
         return source
 
     def upstream(self) -> tuple[Iterable[T], ...]:
-        return self.source_datapipes
+        """The sources that are stages (wdspipes' or torch's); a plain iterable is none."""
+        return tuple(
+            source
+            for source in self.source_datapipes
+            if isinstance(source, Resumable) or is_torch_datapipe(source)
+        )
 
     def __iter__(self) -> Iterator[T]:
         resume, self._resume = self._resume, None
@@ -169,6 +171,15 @@ class _Mixer(CoreStage[T]):
 
     def _lengths(self) -> list[int]:
         return [len(source) for source in self.source_datapipes]  # type: ignore[arg-type]
+
+
+def _checked(source: Iterable[T]) -> Iterable[T]:
+    """``source``, if it is an iterable of items (a string is refused)."""
+    if isinstance(source, str | bytes) or not isinstance(source, Iterable):
+        raise TypeError(
+            f"a mixer's source must be an iterable of items, got {type(source).__name__}"
+        )
+    return source
 
 
 @core_stage("interleave")
