@@ -77,7 +77,8 @@ _Numbers = tuple[tuple[frozenset[type], Any], ...]
 def _tensors() -> tuple[Any, Callable[..., np.ndarray | None], _Numbers]:
     """torch, the handover's :func:`~wdspipes.samples.handover.batch_array`, and the table of
     Python numbers in a column -> tensor dtype (as torch's ``default_collate``), loaded when
-    collation first makes a tensor: the module loads no torch, and a batch looks them up once."""
+    collation first makes a tensor: the module loads no torch, and each column of a batch
+    looks them up in one cached call."""
     import torch
 
     from wdspipes.samples.handover import batch_array
