@@ -96,9 +96,10 @@ class Jitter:
         return (data, rng.random()) if key == ".txt" else None
 
 
-class ShardQueue(IterDataPipe[str]):
+class ShardQueue:
     """A directory filled anew with copies of the shards each epoch, oldest first: the queue
-    that ``claim_shards`` takes them from."""
+    that ``claim_shards`` takes them from (a plain iterable, which a chain of core classes
+    reads too)."""
 
     def __init__(self, urls: list[str]) -> None:
         self.urls = urls
@@ -115,7 +116,8 @@ class ShardQueue(IterDataPipe[str]):
 
 
 def claimed(urls: list[str]) -> IterDataPipe[Any]:
-    return ShardQueue(urls).claim_shards(pattern="*.tar", select="oldest", mode="keep", poll=None)
+    queue = ShardQueue(urls)
+    return wds.ShardClaimer(queue, pattern="*.tar", select="oldest", mode="keep", poll=None)
 
 
 # Functional name -> (build an example pipeline from shard paths). Functions must be defined

@@ -4,9 +4,12 @@ from those before it, so that a folder can be read knowing only those."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from package_graph import imports_of, package_modules
 
 MAY_IMPORT = {
@@ -66,10 +69,6 @@ TORCH_AT_MODULE_LEVEL = {
     "wdspipes.samples.handover",
     "wdspipes.read.random_access",
     "wdspipes.pipeline",
-    # the stages still DataPipes themselves (issue 28: their core classes to come)
-    "wdspipes.read.directory",
-    "wdspipes.samples.batch",
-    "wdspipes.samples.mix",
 }
 """The modules that may import torch (or torchdata) at their top, besides those of ``pipes``,
 ``nodes``, ``loaders``, ``api``, ``cli.show`` and ``demo``: every other imports it, if at all,
@@ -117,3 +116,30 @@ def test_only_the_front_ends_and_the_tensor_code_import_torch_at_module_level() 
     }
     assert importing <= TORCH_AT_MODULE_LEVEL, sorted(importing - TORCH_AT_MODULE_LEVEL)
     assert not TORCH_AT_MODULE_LEVEL - importing, "no longer imports torch: take it off the list"
+
+
+# Batches (as lists) of mixed items, unbatched again, and shards claimed from a directory,
+# through the core classes alone; then whether torch was loaded.
+CORE_STAGES = """
+import pathlib, sys, tempfile
+from wdspipes.read.directory import ShardClaimer
+from wdspipes.samples.batch import Batcher, Unbatcher
+from wdspipes.samples.mix import Interleaver, RandomInterleaver
+
+letters = RandomInterleaver(["a", "b"], ["c"], seed=1, longest=True)
+mixed = Interleaver([1, 2, 3], letters, longest=True)
+rows = list(Unbatcher(Batcher(mixed, 2, collation_fn=None)))
+queue = pathlib.Path(tempfile.mkdtemp())
+(queue / "a.tar").write_bytes(b"")
+claimed = list(ShardClaimer([str(queue)], pattern="*.tar", mode="keep", poll=None))
+print(len(rows), len(claimed), "torch" in sys.modules)
+"""
+
+
+@pytest.mark.slow
+def test_the_core_classes_of_batching_mixing_and_claiming_run_without_torch() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", CORE_STAGES], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["6", "1", "False"]

@@ -150,7 +150,7 @@ def test_arguments_are_checked() -> None:
     with pytest.raises(ValueError, match="must not all be 0"):
         wds.RandomMix(sources(1, 1), [0, 0])
     pipe = IterableWrapper([1, 2])
-    with pytest.raises(ValueError, match="the same DataPipe is given twice"):
+    with pytest.raises(ValueError, match="the same stage is given twice"):
         pipe.interleave(pipe)
     with pytest.raises(ValueError, match="at least one dataset"):
         wds.RoundRobin([])

@@ -29,10 +29,11 @@ from torch.utils.data.graph_settings import apply_random_seed, apply_sharding
 
 import wdspipes as wds
 from wdspipes.core.datapipe import StageDataPipe
-from wdspipes.core.stage import front_end_of
+from wdspipes.core.stage import CoreStage, front_end_of
 from wdspipes.errors import ResumeError
 from wdspipes.read.grouping import tar_samples
-from wdspipes.state.graph import chain_of
+from wdspipes.read.positions import opener_of
+from wdspipes.state.graph import chain_of, upstream_of
 from wdspipes.state.protocol import stage_name
 from wdspipes.state.torch_stages import TORCH_STAGES, part_of
 
@@ -425,22 +426,57 @@ def read_chain(paths: list[str], core: bool) -> Any:
     return shuffler(samples, bufsize=5, initial=3, seed=6)
 
 
-def test_a_core_chain_resumes_exactly_as_its_datapipe_twin(stage_shards: Shards) -> None:
-    core = read_chain(stage_shards.paths, core=True)
-    assert not any(isinstance(stage, IterDataPipe) for stage in chain_of(core))
+def mixed_batches(paths: list[str], core: bool) -> Any:
+    """Two read chains mixed at random, in batches of 3 (collated)."""
+    from wdspipes.samples import batch, mix
+
+    if core:
+        mixer, batcher = mix.RandomInterleaver, batch.Batcher
+    else:
+        mixer, batcher = wds.RandomInterleaver, wds.Batcher
+    first, second = read_chain(paths[:2], core), read_chain(paths[2:], core)
+    return batcher(mixer(first, second, probs=[1, 2], longest=True, seed=7), 3)
+
+
+def interleaved_rows(paths: list[str], core: bool) -> Any:
+    """Two read chains in turn, batched by 3 as lists and unbatched again."""
+    from wdspipes.samples import batch, mix
+
+    if core:
+        mixer, batcher, unbatcher = mix.Interleaver, batch.Batcher, batch.Unbatcher
+    else:
+        mixer, batcher, unbatcher = wds.Interleaver, wds.Batcher, wds.Unbatcher
+    mixed = mixer(read_chain(paths[:2], core), read_chain(paths[2:], core), longest=True)
+    return unbatcher(batcher(mixed, 3, collation_fn=None))
+
+
+@pytest.mark.parametrize(
+    ("chain", "cuts"),
+    [
+        pytest.param(read_chain, (0, 1, 5, 11), id="read"),
+        pytest.param(mixed_batches, (0, 1, 2, 3), id="interleave_randomly-batched"),
+        pytest.param(interleaved_rows, (0, 3, 6, 9), id="interleave-batched-unbatched"),
+    ],
+)
+def test_a_core_chain_resumes_exactly_as_its_datapipe_twin(
+    stage_shards: Shards, chain: Callable[[list[str], bool], Any], cuts: tuple[int, ...]
+) -> None:
+    core = chain(stage_shards.paths, True)
+    assert not any(isinstance(stage, IterDataPipe) for stage in [core, *upstream_of(core)])
     whole = [comparable(sample) for sample in core]
-    assert whole == [comparable(sample) for sample in read_chain(stage_shards.paths, core=False)]
-    for cut in (0, 1, 5, len(whole) - 1):
+    assert whole == [comparable(sample) for sample in chain(stage_shards.paths, False)]
+    assert len(whole) > cuts[-1]
+    for cut in cuts:
         states = []
         for is_core in (True, False):
-            pipe = read_chain(stage_shards.paths, core=is_core)
+            pipe = chain(stage_shards.paths, is_core)
             items = iter(pipe)
             head = [comparable(next(items)) for _ in range(cut)]
             states.append(pickle.loads(pickle.dumps(pipe.state_dict())))
             assert head == whole[:cut]
         assert states[0] == states[1], "the same state, the same keys"
         for is_core, state in ((True, states[1]), (False, states[0])):  # each takes the other's
-            again = read_chain(stage_shards.paths, core=is_core)
+            again = chain(stage_shards.paths, is_core)
             again.load_state_dict(state)
             assert whole[:cut] + [comparable(sample) for sample in again] == whole, cut
 
@@ -462,26 +498,27 @@ def test_a_datapipe_front_end_adds_nothing_per_item_and_iterates_as_its_core(
 
 
 def as_core(pipe: Any) -> Any:
-    """The same pipeline made of the core classes: each DataPipe front end's object given its
-    core class, torch's ``IterableWrapper`` at the head replaced by the list it wraps; None
-    where a stage has no core class (torch's own, or a DataPipe that has none yet)."""
-    chain = chain_of(pipe)
-    for index, stage in enumerate(chain):
-        if isinstance(stage, IterableWrapper) and index == 0 and len(chain) > 1:
-            chain[1].source_datapipe = list(stage.iterable)
-            continue
+    """The same pipeline made of the core classes: each DataPipe front end's object in the
+    graph (the sources of a mixer too) given its core class, torch's ``IterableWrapper`` at a
+    head replaced by the list it wraps; None where a stage has no core class (torch's own)."""
+    for stage in [pipe, *upstream_of(pipe)]:
+        if isinstance(stage, IterableWrapper):
+            continue  # replaced in the stage that reads it
         core = type(stage).__mro__[1]
         if front_end_of(core) is not type(stage):
             return None
         stage.__class__ = core
+        source = getattr(stage, "source_datapipe", None)
+        if isinstance(source, IterableWrapper):
+            stage.source_datapipe = list(source.iterable)
     return pipe
 
 
 def seeded_core(pipe: Any, seed: int) -> Any:
-    """``pipe``, a chain of core classes, seeded as a loader seeds a DataPipe graph: each
+    """``pipe``, a graph of core classes, seeded as a loader seeds a DataPipe graph: each
     stage with ``set_seed`` its own seed, drawn from ``seed``."""
     rng = random.Random(seed)
-    for stage in chain_of(pipe):
+    for stage in [pipe, *upstream_of(pipe)]:
         if callable(getattr(stage, "set_seed", None)):
             stage.set_seed(rng.getrandbits(62))
     return pipe
@@ -500,7 +537,8 @@ def test_a_core_stage_resumes_exactly_or_refuses_by_name_without_datapipes(
     """The shared example of each stage with a core class, made of core classes only (no
     DataPipe in the chain): it resumes exactly, or is refused by name, as its DataPipes are."""
     core = as_core(EXAMPLES[name](stage_shards.paths))
-    assert core is not None and not any(isinstance(s, IterDataPipe) for s in chain_of(core))
+    assert core is not None
+    assert not any(isinstance(s, IterDataPipe) for s in [core, *upstream_of(core)])
     monkeypatch.setitem(globals(), "seeded", seeded_core)
     label = stage_name(registered_stages()[name])
     refused = refusal(name)
@@ -515,5 +553,57 @@ def test_the_read_path_and_the_sample_stages_have_core_classes() -> None:
         *("list_shards", "resample_shards", "open_shards", "load_tar", "group_samples"),
         *("load_cbor", "load_msgpack", "buffer_shuffle", "decode", "to_tuple", "map_tuple"),
         *("map_dict", "rename", "select", "map_samples", "islice", "with_epoch"),
-        *("with_length", "repeat_epochs"),
+        *("with_length", "repeat_epochs", "batched", "unbatched", "claim_shards"),
+        *("interleave", "interleave_randomly"),
     }
+
+
+class ShardsSeen(CoreStage[Any]):
+    """A stage of one's own between ``open_shards`` and a reader: it notes each opened shard
+    and passes it on, and offers the opener it reads, so that the reader after it resumes."""
+
+    restartable = True
+
+    def __init__(self, source_datapipe: Any) -> None:
+        super().__init__()
+        self.source_datapipe = source_datapipe
+        self.seen: list[str] = []
+
+    def __iter__(self) -> Iterator[Any]:
+        for shard in self.source_datapipe:
+            self.seen.append(shard.url)
+            yield shard
+
+    def get_state(self) -> None:
+        return None
+
+    def shard_opener(self) -> Any:
+        return opener_of(self.source_datapipe)
+
+
+@pytest.mark.parametrize("reader", ["group_samples", "load_cbor"])
+def test_a_reader_finds_its_opener_by_what_a_stage_offers_not_its_class(
+    stage_shards: Shards, reader: str
+) -> None:
+    from wdspipes.read import grouping, opener, shards, stream_shards, tar
+
+    paths = stage_shards.paths
+    if reader == "load_cbor":
+        paths = [path.removesuffix(".tar") + ".cbor" for path in paths]
+
+    def build() -> Any:
+        opened = ShardsSeen(opener.ShardOpener(shards.ShardList(paths)))
+        if reader == "load_cbor":
+            return stream_shards.CborLoader(opened)
+        return grouping.SampleGrouper(tar.TarLoader(opened))
+
+    whole = [comparable(sample) for sample in build()]
+    for cut in (0, 4, len(whole) - 1):
+        pipe = build()
+        items = iter(pipe)
+        head = [comparable(next(items)) for _ in range(cut)]
+        state = pickle.loads(pickle.dumps(pipe.state_dict()))
+        again = build()
+        again.load_state_dict(state)
+        assert head + [comparable(sample) for sample in again] == whole, cut
+        assert chain_of(again)[2].seen == paths[max(cut - 1, 0) // 3 :]  # the shards skipped

@@ -62,6 +62,7 @@ from wdspipes.pipes.read import (
     MsgpackLoader,
     ResampledShards,
     SampleGrouper,
+    ShardClaimer,
     ShardList,
     ShardLister,
     ShardOpener,
@@ -72,26 +73,32 @@ from wdspipes.pipes.read import (
     split_by_worker,
 )
 from wdspipes.pipes.samples import (
+    Batcher,
     BufferShuffler,
     EpochLimiter,
     EpochRepeater,
     FieldMapper,
+    Interleaver,
     ItemSlicer,
     LengthSetter,
+    RandomInterleaver,
+    RandomMix,
     Renamer,
+    RoundRobin,
     SampleDecoder,
     SampleMapper,
     SampleSelector,
     TupleMaker,
     TupleMapper,
+    Unbatcher,
 )
-from wdspipes.read.directory import DirectoryShardList, ShardClaimer
+from wdspipes.read.directory import DirectoryShardList
 from wdspipes.read.random_access import IndexReader, SamplerIndices, ShardListDataset, wids_sample
 from wdspipes.read.samplers import ChunkedSampler, DistributedChunkedSampler, ShardedSampler
 from wdspipes.read.specs import expand_urls
 from wdspipes.read.stream_shards import cbors_to_samples, msgpack_to_samples
 from wdspipes.read.walk import TarMember, iter_tar
-from wdspipes.samples.batch import Batcher, SampleList, Unbatcher, batched, collate, unbatched
+from wdspipes.samples.batch import SampleList, batched, collate, unbatched
 from wdspipes.samples.decoders import (
     Continue,
     DataLimitError,
@@ -118,7 +125,6 @@ from wdspipes.samples.fields import (
     slice,
     to_tuple,
 )
-from wdspipes.samples.mix import Interleaver, RandomInterleaver, RandomMix, RoundRobin
 from wdspipes.samples.shuffle import detshuffle, shuffle
 from wdspipes.tariterators import group_by_keys, tar_file_expander, url_opener
 from wdspipes.write import SampleEncoder, ShardWriter, TarWriter, encode_value

@@ -17,7 +17,7 @@ from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
 from wdspipes.core.datapipe import Sample, StageDataPipe, front_end, functional_stage
 from wdspipes.io.items import ShardItem
-from wdspipes.read import grouping, opener, shards, stream_shards, tar
+from wdspipes.read import directory, grouping, opener, shards, stream_shards, tar
 from wdspipes.read.opener import OpenedShard
 from wdspipes.read.specs import ShardSpec
 from wdspipes.read.walk import TarMember
@@ -28,6 +28,7 @@ __all__ = [
     "MsgpackLoader",
     "ResampledShards",
     "SampleGrouper",
+    "ShardClaimer",
     "ShardList",
     "ShardLister",
     "ShardOpener",
@@ -84,6 +85,11 @@ class CborLoader(stream_shards.CborLoader, StageDataPipe[Sample]):
 @functional_stage("load_msgpack")
 class MsgpackLoader(stream_shards.MsgpackLoader, StageDataPipe[Sample]):
     """The DataPipe of :class:`wdspipes.read.stream_shards.MsgpackLoader`."""
+
+
+@functional_stage("claim_shards")
+class ShardClaimer(directory.ShardClaimer, StageDataPipe[dict[str, str]]):
+    """The DataPipe of :class:`wdspipes.read.directory.ShardClaimer`."""
 
 
 def ResampledShards(

@@ -3,25 +3,35 @@ each the front end of its core class."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
-from wdspipes.core.datapipe import Sample, StageDataPipe, functional_stage
-from wdspipes.samples import epochs, fields, shuffle
+from torch.utils.data import IterDataPipe
+from torch.utils.data.datapipes.iter import IterableWrapper
+
+from wdspipes.core.datapipe import Sample, StageDataPipe, front_end, functional_stage
+from wdspipes.samples import batch, epochs, fields, mix, shuffle
 from wdspipes.samples.decoders import decoder
 
 __all__ = [
+    "Batcher",
     "BufferShuffler",
     "EpochLimiter",
     "EpochRepeater",
     "FieldMapper",
+    "Interleaver",
     "ItemSlicer",
     "LengthSetter",
+    "RandomInterleaver",
+    "RandomMix",
     "Renamer",
+    "RoundRobin",
     "SampleDecoder",
     "SampleMapper",
     "SampleSelector",
     "TupleMaker",
     "TupleMapper",
+    "Unbatcher",
 ]
 
 T = TypeVar("T")
@@ -85,3 +95,43 @@ class EpochRepeater(epochs.EpochRepeater, StageDataPipe[Any]):
 @functional_stage("decode")
 class SampleDecoder(decoder.SampleDecoder, StageDataPipe[Sample]):
     """The DataPipe of :class:`wdspipes.samples.decoders.decoder.SampleDecoder`."""
+
+
+@functional_stage("batched")
+class Batcher(batch.Batcher, StageDataPipe[Any]):
+    """The DataPipe of :class:`wdspipes.samples.batch.Batcher`."""
+
+
+@functional_stage("unbatched")
+class Unbatcher(batch.Unbatcher, StageDataPipe[Any]):
+    """The DataPipe of :class:`wdspipes.samples.batch.Unbatcher`."""
+
+
+def _as_datapipe(source: Iterable[T]) -> Iterable[T]:
+    """A mixer's source as its DataPipe reads it: a DataPipe as it is, a plain iterable
+    wrapped (not copied) in torch's ``IterableWrapper``, as torch's graph walk expects."""
+    return source if isinstance(source, IterDataPipe) else IterableWrapper(source, deepcopy=False)
+
+
+@functional_stage("interleave")
+class Interleaver(mix.Interleaver[T], StageDataPipe[T]):
+    """The DataPipe of :class:`wdspipes.samples.mix.Interleaver`."""
+
+    _as_source = staticmethod(_as_datapipe)
+
+
+@front_end
+class RoundRobin(mix.RoundRobin[T], Interleaver[T]):
+    """The DataPipe of :class:`wdspipes.samples.mix.RoundRobin`."""
+
+
+@functional_stage("interleave_randomly")
+class RandomInterleaver(mix.RandomInterleaver[T], StageDataPipe[T]):
+    """The DataPipe of :class:`wdspipes.samples.mix.RandomInterleaver`."""
+
+    _as_source = staticmethod(_as_datapipe)
+
+
+@front_end
+class RandomMix(mix.RandomMix[T], RandomInterleaver[T]):
+    """The DataPipe of :class:`wdspipes.samples.mix.RandomMix`."""

@@ -28,14 +28,12 @@ import os
 import random
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import braceexpand
-from torch.utils.data import IterDataPipe
-from torch.utils.data.datapipes.iter import IterableWrapper
 
-from wdspipes.core.datapipe import StageDataPipe, functional_stage
 from wdspipes.core.processes import alive
+from wdspipes.core.stage import CoreStage, core_stage, front_end_of
 from wdspipes.errors import ResumeError
 from wdspipes.state.protocol import stage_name
 
@@ -47,8 +45,8 @@ _CLAIMED = re.compile(r"^(.*)\._(\d+)_$")
 _LAST_EXTENSION = re.compile(r"\.[^.]*$")
 
 
-@functional_stage("claim_shards")
-class ShardClaimer(StageDataPipe[dict[str, str]]):
+@core_stage("claim_shards")
+class ShardClaimer(CoreStage[dict[str, str]]):
     """Take shards from directories that producers fill (functional name: ``claim_shards``).
 
     Each directory of the source is read in turn: its shards are claimed one at a time, as
@@ -79,6 +77,7 @@ class ShardClaimer(StageDataPipe[dict[str, str]]):
         NotADirectoryError: a directory of the source is none.
 
     >>> import pathlib, tempfile
+    >>> from torch.utils.data.datapipes.iter import IterableWrapper
     >>> queue = pathlib.Path(tempfile.mkdtemp())
     >>> for name in ("a.tar", "b.tar"):
     ...     _ = (queue / name).write_bytes(b"")
@@ -94,7 +93,7 @@ class ShardClaimer(StageDataPipe[dict[str, str]]):
 
     def __init__(
         self,
-        source_datapipe: IterDataPipe[str],
+        source_datapipe: Iterable[str],
         pattern: str = "*.{tar,tgz,tar.tgz}",
         poll: float | None = 1,
         timeout: float = 1e12,
@@ -206,18 +205,19 @@ def DirectoryShardList(
     fate: object = None,
 ) -> ShardClaimer:
     """webdataset's ``DirectoryShardList(path, ...)``: the shards claimed from directory
-    ``path`` (``claim_shards`` on it; see :class:`ShardClaimer` for the arguments), yielded as
-    webdataset's are, ``{"url": path}``. Unlike webdataset's, the default pattern's
-    ``{tar,tgz,tar.tgz}`` alternatives are expanded (see the module for the other
-    differences).
+    ``path`` (``claim_shards`` on it, its DataPipe where torch is loaded; see
+    :class:`ShardClaimer` for the arguments), yielded as webdataset's are, ``{"url": path}``.
+    Unlike webdataset's, the default pattern's ``{tar,tgz,tar.tgz}`` alternatives are
+    expanded (see the module for the other differences).
 
     Raises:
         NotADirectoryError: ``path`` is not a directory.
     """
     if not os.path.isdir(path):
         raise NotADirectoryError(f"DirectoryShardList: {path!r} is not a directory")
-    return ShardClaimer(
-        IterableWrapper([path], deepcopy=False),
+    claimer: type[ShardClaimer] = front_end_of(ShardClaimer)
+    return claimer(
+        [path],
         pattern=pattern,
         poll=poll,
         timeout=timeout,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, TypeGuard
+from typing import Any
 
 from wdspipes.core.curried import Stage, stage_factory
 from wdspipes.core.names import is_meta, split_name
@@ -25,7 +25,7 @@ from wdspipes.errors import (
 from wdspipes.io.items import ShardItem
 from wdspipes.io.urls import ByteStream
 from wdspipes.read.opener import ShardOpener
-from wdspipes.read.positions import END, SampleReader, ShardCursor
+from wdspipes.read.positions import END, SampleReader, ShardCursor, opener_of
 from wdspipes.read.shards import ShardList
 from wdspipes.read.tar import TarLoader
 from wdspipes.read.walk import Member, TarMember, TarWalk
@@ -78,11 +78,12 @@ class SampleGrouper(SampleReader):
         source = self.source_datapipe
         starts, replay = self._begin()
         cursor = self.cursor
-        if _members_of(source):
+        loader = _tar_loader_of(source)
+        if loader is not None:
             # Members as plain tuples, straight from an upstream TarLoader (see its
             # iter_members), which also tells of failed shards.
             offsets = {index: place[0] for index, place in starts.items()}
-            upstream: Iterator[Member] = source.iter_members(cursor, offsets)
+            upstream: Iterator[Member] = loader.iter_members(cursor, offsets)
         else:
             upstream = iter(source)
         try:
@@ -206,14 +207,14 @@ class SampleGrouper(SampleReader):
     def _loader(self) -> tuple[TarLoader, ShardOpener]:
         """The ``load_tar`` stage this reader reads, and the ``open_shards`` stage it reads;
         ResumeError if the graph is another."""
-        source = self.source_datapipe
-        opener = getattr(source, "source_datapipe", None)
-        if not _members_of(source) or not isinstance(opener, ShardOpener):
+        loader = _tar_loader_of(self.source_datapipe)
+        opener = None if loader is None else opener_of(loader.source_datapipe)
+        if loader is None or opener is None:
             raise ResumeError(
                 f"{type(self).__name__} (group_samples) can resume only when it reads load_tar "
                 "right after open_shards"
             )
-        return source, opener
+        return loader, opener
 
     def _collect(
         self, stream: ByteStream, url: str, offsets: list[int], cursor: ShardCursor
@@ -266,11 +267,12 @@ def tar_samples(
     return SampleGrouper(TarLoader(opened, handler=handler, ignore_zeros=ignore_zeros), handler)
 
 
-def _members_of(source: object) -> TypeGuard[TarLoader]:
-    """Whether ``source`` is a tar loader whose items are its members as
-    :meth:`TarLoader.iter_members` gives them (its class, or its DataPipe front end, does not
-    change what it yields), so that the reader may read them from there and resume in it."""
-    return isinstance(source, TarLoader) and type(source).__iter__ is TarLoader.__iter__
+def _tar_loader_of(source: object) -> TarLoader | None:
+    """The tar loader ``source`` is, where it offers itself as one whose items are its members
+    as :meth:`TarLoader.iter_members` gives them (``source.tar_loader()``), so that the reader
+    may read them from there and resume in it; None for any other source."""
+    find = getattr(source, "tar_loader", None)
+    return find() if callable(find) else None
 
 
 @stage_factory

@@ -280,6 +280,13 @@ class ShardOpener(CoreStage[OpenedShard]):
             if state["began"] is not None:
                 self._restored.began = ShardSet.from_state(state["began"])
 
+    def shard_opener(self) -> ShardOpener:
+        """The stage that opens the shards this stage yields: itself. A reader finds the
+        opener it reads by this capability (:func:`~wdspipes.read.positions.opener_of`), not
+        by its class: it numbers its shards as the opener does (:attr:`index`) and, restored,
+        asks it to skip the shards read already (:meth:`resume_at`)."""
+        return self
+
     def resume_at(
         self,
         start: int | None,

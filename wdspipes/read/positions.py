@@ -33,7 +33,15 @@ from wdspipes.state.elastic import owned
 from wdspipes.state.graph import epoch_begins
 from wdspipes.state.protocol import AllReaders, Place, SamplePlaces
 
-__all__ = ["END", "START", "SampleReader", "ShardCursor", "read_shards", "sample_entries"]
+__all__ = [
+    "END",
+    "START",
+    "SampleReader",
+    "ShardCursor",
+    "opener_of",
+    "read_shards",
+    "sample_entries",
+]
 
 T = TypeVar("T")
 _NONE: Any = object()
@@ -175,7 +183,7 @@ def read_shards(
     >>> cursor.number
     1
     """
-    opener = source if isinstance(source, ShardOpener) else None
+    opener = opener_of(source)
     checks = cursor.checks
     for number, shard in enumerate(source):
         cursor.number = number if opener is None else opener.index
@@ -205,6 +213,20 @@ def read_shards(
                 return
         finally:
             close_quietly(stream)
+
+
+def opener_of(source: object) -> ShardOpener | None:
+    """The ``open_shards`` stage that yields ``source``'s items, where ``source`` offers it
+    (``source.shard_opener()``, as :class:`~wdspipes.read.opener.ShardOpener` does); None
+    for any other source (a list of opened shards, torch's stages).
+
+    >>> from wdspipes.read.opener import ShardOpener
+    >>> opener = ShardOpener(["a.tar"])
+    >>> opener_of(opener) is opener, opener_of([])
+    (True, None)
+    """
+    find = getattr(source, "shard_opener", None)
+    return find() if callable(find) else None
 
 
 def _dropping(error: Exception, cursor: ShardCursor) -> Exception:

@@ -35,7 +35,7 @@ from wdspipes.core.stage import Sample, core_stage, front_end_of
 from wdspipes.errors import Handler, ResumeError, StreamFormatError, reraise_exception
 from wdspipes.io.urls import ByteStream, RawShard, discard
 from wdspipes.read.opener import OpenedShard, ShardOpener
-from wdspipes.read.positions import END, SampleReader, ShardCursor, read_shards
+from wdspipes.read.positions import END, SampleReader, ShardCursor, opener_of, read_shards
 
 __all__ = [
     "CborLoader",
@@ -170,11 +170,12 @@ class StreamLoader(SampleReader):
             yield sample
 
     def _opener(self) -> ShardOpener:
-        if not isinstance(self.source_datapipe, ShardOpener):
+        opener = opener_of(self.source_datapipe)
+        if opener is None:
             raise ResumeError(
                 f"{type(self).__name__} can resume only when it reads open_shards directly"
             )
-        return self.source_datapipe
+        return opener
 
     def _collect(
         self, stream: ByteStream, url: str, offsets: list[int], cursor: ShardCursor

@@ -112,6 +112,13 @@ class TarLoader(CoreStage[TarMember]):
             "max_member_size": self.max_member_size,
         }
 
+    def tar_loader(self) -> TarLoader | None:
+        """This stage, whose items are its members as :meth:`iter_members` gives them (None
+        where a subclass yields other items): a reader after it, ``group_samples``, finds its
+        tar loader by this capability, not by its class, reads the members from
+        :meth:`iter_members` and resumes in it."""
+        return self if type(self).__iter__ is TarLoader.__iter__ else None
+
     def get_state(self) -> None:
         """Nothing: the reader after it, ``group_samples``, keeps the place of each sample and
         starts it there (see :meth:`iter_members`). Bare members cannot resume."""

@@ -23,17 +23,19 @@ its samples back.
 
 from __future__ import annotations
 
+import functools
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch.utils.data import IterDataPipe
 
 from wdspipes.core.curried import Stage, stage_factory
-from wdspipes.core.datapipe import StageDataPipe, functional_stage
+from wdspipes.core.stage import CoreStage, core_stage
 from wdspipes.errors import CollationError, ResumeError, sample_location
-from wdspipes.samples.handover import batch_array, send_small_by_value
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["Batcher", "SampleList", "Unbatcher", "batched", "collate", "unbatch", "unbatched"]
 
@@ -68,7 +70,29 @@ def collate(samples: Sequence[Any]) -> Any:
     return SampleList(column) if isinstance(column, list) else column  # items, not columns
 
 
+_Numbers = tuple[tuple[frozenset[type], Any], ...]
+
+
+@functools.cache
+def _tensors() -> tuple[Any, Callable[..., np.ndarray | None], _Numbers]:
+    """torch, the handover's :func:`~wdspipes.samples.handover.batch_array`, and the table of
+    Python numbers in a column -> tensor dtype (as torch's ``default_collate``), loaded when
+    collation first makes a tensor: the module loads no torch, and each column of a batch
+    looks them up in one cached call."""
+    import torch
+
+    from wdspipes.samples.handover import batch_array
+
+    numbers = (
+        (frozenset([bool]), torch.bool),
+        (frozenset([int]), torch.int64),
+        (frozenset([int, float]), torch.float64),
+    )
+    return torch, batch_array, numbers
+
+
 def _column(field: str, values: list[Any]) -> Any:
+    torch, batch_array, numbers = _tensors()
     first = values[0]
     if isinstance(first, torch.Tensor):
         _check_shapes(field, values, torch.Tensor)
@@ -82,7 +106,7 @@ def _column(field: str, values: list[Any]) -> Any:
             return values
         return torch.from_numpy(stacked)
     kinds = {type(value) for value in values}
-    for number_kinds, dtype in _NUMBERS:
+    for number_kinds, dtype in numbers:
         if kinds <= number_kinds:
             try:
                 return torch.tensor(values, dtype=dtype)
@@ -94,6 +118,9 @@ def _column(field: str, values: list[Any]) -> Any:
 def _tensor_batch(first: torch.Tensor, rows: int) -> torch.Tensor | None:
     """An empty tensor for stacking ``rows`` tensors like ``first`` in a worker's shared slot
     (see :mod:`wdspipes.samples.handover`), or None to stack as torch does."""
+    import torch  # loaded: ``first`` is a tensor
+
+    batch_array = _tensors()[1]
     if first.device.type != "cpu" or first.layout != torch.strided or first.requires_grad:
         return None
     array = batch_array((rows * first.nbytes,), np.dtype(np.uint8))
@@ -103,14 +130,6 @@ def _tensor_batch(first: torch.Tensor, rows: int) -> torch.Tensor | None:
 
 
 _TENSOR_KINDS = frozenset("biufc")  # numpy dtype kinds torch tensors hold
-
-
-# Python numbers in a column -> tensor dtype, as torch's default_collate does.
-_NUMBERS = (
-    (frozenset([bool]), torch.bool),
-    (frozenset([int]), torch.int64),
-    (frozenset([int, float]), torch.float64),
-)
 
 
 def _check_shapes(field: str, values: list[Any], kind: Any) -> None:
@@ -158,8 +177,8 @@ def _rows(columns: Iterable[Any]) -> int:
     return lengths.pop() if lengths else 0
 
 
-@functional_stage("batched")
-class Batcher(StageDataPipe[Any]):
+@core_stage("batched")
+class Batcher(CoreStage[Any]):
     """Group samples into batches of ``batchsize`` (functional name: ``batched``).
 
     Args:
@@ -184,7 +203,7 @@ class Batcher(StageDataPipe[Any]):
 
     def __init__(
         self,
-        source_datapipe: IterDataPipe[Any],
+        source_datapipe: Iterable[Any],
         batchsize: int,
         collation_fn: Collate | None = collate,
         partial: bool = True,
@@ -198,7 +217,11 @@ class Batcher(StageDataPipe[Any]):
         self.partial = partial
 
     def __iter__(self) -> Iterator[Any]:
-        send_small_by_value()  # a worker's batches of labels: not a shared segment each
+        if self.collation_fn is collate or "torch" in sys.modules:  # it makes tensors:
+            # a loader worker's batches of labels go by value, not a shared segment each
+            from wdspipes.samples.handover import send_small_by_value
+
+            send_small_by_value()
         batch: list[Any] = []
         for sample in self.source_datapipe:
             batch.append(sample)
@@ -216,8 +239,8 @@ class Batcher(StageDataPipe[Any]):
         return None
 
 
-@functional_stage("unbatched")
-class Unbatcher(StageDataPipe[Any]):
+@core_stage("unbatched")
+class Unbatcher(CoreStage[Any]):
     """Split batches back into samples (functional name: ``unbatched``).
 
     Batches are read as webdataset's ``unbatched`` reads them (see :func:`unbatch`): a dict of
@@ -238,7 +261,7 @@ class Unbatcher(StageDataPipe[Any]):
     [('a', 1), ('b', 2)]
     """
 
-    def __init__(self, source_datapipe: IterDataPipe[Any]) -> None:
+    def __init__(self, source_datapipe: Iterable[Any]) -> None:
         super().__init__()
         self.source_datapipe = source_datapipe
         self.rows_left = 0

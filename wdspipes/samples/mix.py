@@ -28,14 +28,11 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from torch.utils.data import IterDataPipe
-from torch.utils.data.datapipes.iter import IterableWrapper
-
-from wdspipes.core.datapipe import StageDataPipe, functional_stage
 from wdspipes.core.seeds import SeededStage, Seeding
+from wdspipes.core.stage import CoreStage, core_stage
 from wdspipes.samples.shuffle import Draws
 from wdspipes.state.checkpoint import abandon_epoch, pipeline_state, restore_pipeline
-from wdspipes.state.protocol import AllReaders, Resumable
+from wdspipes.state.protocol import AllReaders, Resumable, is_torch_datapipe
 
 __all__ = ["Interleaver", "RandomInterleaver", "RandomMix", "RoundRobin"]
 
@@ -49,7 +46,7 @@ FRESH, OPEN, OVER = "fresh", "open", "over"
 epoch ended or abandoned (restored, it is abandoned before it begins the next one)."""
 
 
-class _Mixer(StageDataPipe[T]):
+class _Mixer(CoreStage[T]):
     """The loop and the state that ``interleave`` and ``interleave_randomly`` share; a
     subclass picks the next source (:meth:`_pick`) and keeps its own place."""
 
@@ -57,13 +54,14 @@ class _Mixer(StageDataPipe[T]):
 
     def __init__(self, sources: Sequence[Iterable[T]], longest: bool) -> None:
         super().__init__()
-        pipes = tuple(_as_datapipe(source) for source in sources)
-        if len({id(pipe) for pipe in pipes}) < len(pipes):
-            raise ValueError(
-                "the same DataPipe is given twice to a mixer: torch allows one iterator per "
-                "DataPipe at a time (build the pipeline twice, or use .fork())"
-            )
+        pipes = tuple(self._as_source(_checked(source)) for source in sources)
         self.source_datapipes = pipes
+        stages = self.upstream()
+        if len({id(stage) for stage in stages}) < len(stages):
+            raise ValueError(
+                "the same stage is given twice to a mixer: a stage is read by one iterator at "
+                "a time (build the pipeline twice, or use .fork())"
+            )
         self.longest = bool(longest)
         # The place in this epoch (see START, END; a dict while under way), each source's
         # phase, which sources a restored state left to abandon first, and a loaded state.
@@ -72,8 +70,19 @@ class _Mixer(StageDataPipe[T]):
         self._abandon = [False] * len(pipes)
         self._resume: dict[str, Any] | str | None = None
 
-    def upstream(self) -> tuple[IterDataPipe[Any], ...]:
-        return self.source_datapipes
+    @staticmethod
+    def _as_source(source: Iterable[T]) -> Iterable[T]:
+        """A source as the mixer reads it: itself (a DataPipe front end wraps a plain
+        iterable in torch's ``IterableWrapper``)."""
+        return source
+
+    def upstream(self) -> tuple[Iterable[T], ...]:
+        """The sources that are stages (wdspipes' or torch's); a plain iterable is none."""
+        return tuple(
+            source
+            for source in self.source_datapipes
+            if isinstance(source, Resumable) or is_torch_datapipe(source)
+        )
 
     def __iter__(self) -> Iterator[T]:
         resume, self._resume = self._resume, None
@@ -161,21 +170,19 @@ class _Mixer(StageDataPipe[T]):
         self._resume = state["place"]
 
     def _lengths(self) -> list[int]:
-        return [len(source) for source in self.source_datapipes]
+        return [len(source) for source in self.source_datapipes]  # type: ignore[arg-type]
 
 
-def _as_datapipe(source: Iterable[T]) -> IterDataPipe[T]:
-    """A source as a DataPipe: itself, or wrapped (without copying it)."""
-    if isinstance(source, IterDataPipe):
-        return source
+def _checked(source: Iterable[T]) -> Iterable[T]:
+    """``source``, if it is an iterable of items (a string is refused)."""
     if isinstance(source, str | bytes) or not isinstance(source, Iterable):
         raise TypeError(
             f"a mixer's source must be an iterable of items, got {type(source).__name__}"
         )
-    return IterableWrapper(source, deepcopy=False)
+    return source
 
 
-@functional_stage("interleave")
+@core_stage("interleave")
 class Interleaver(_Mixer[T]):
     """Items of the source and of ``others`` in turn (functional name: ``interleave``).
 
@@ -192,7 +199,7 @@ class Interleaver(_Mixer[T]):
         The sources' items in turn.
 
     Raises:
-        ValueError: the same DataPipe is given twice.
+        ValueError: the same stage is given twice.
 
     >>> from torch.utils.data.datapipes.iter import IterableWrapper
     >>> evens, odds = IterableWrapper([0, 2, 4]), IterableWrapper([1, 3])
@@ -241,7 +248,7 @@ class RoundRobin(Interleaver[T]):
         super().__init__(*datasets, longest=longest)
 
 
-@functional_stage("interleave_randomly")
+@core_stage("interleave_randomly")
 class RandomInterleaver(_Mixer[T], SeededStage):
     """Items of sources drawn at random (functional name: ``interleave_randomly``).
 
@@ -264,7 +271,7 @@ class RandomInterleaver(_Mixer[T], SeededStage):
 
     Raises:
         ValueError: ``probs`` does not give one weight of at least 0 per source, or the same
-            DataPipe is given twice.
+            stage is given twice.
 
     >>> from torch.utils.data.datapipes.iter import IterableWrapper
     >>> mixed = IterableWrapper("abcd").interleave_randomly(
