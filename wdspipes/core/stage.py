@@ -22,7 +22,7 @@ from wdspipes.core.seeds import pipeline_epoch, set_pipeline_epoch
 from wdspipes.state.checkpoint import pipeline_state, restore_pipeline
 from wdspipes.state.protocol import Resumable, name_stage
 
-__all__ = ["CoreStage", "Sample", "core_stage", "front_end_of", "set_front_end"]
+__all__ = ["CoreStage", "Sample", "core_stage", "front_end_of", "offered", "set_front_end"]
 
 T_co = TypeVar("T_co", covariant=True)
 C = TypeVar("C", bound=type)
@@ -53,6 +53,22 @@ def front_end_of(cls: Any) -> Any:
     """The DataPipe front end of the core class ``cls`` where one is loaded; ``cls`` itself
     otherwise (a front end, a function, a core class without torch)."""
     return _FRONT_ENDS.get(cls, cls)
+
+
+def offered(source: object, capability: str) -> Any:
+    """What ``source`` offers under the method name ``capability`` (``source.shard_opener()``,
+    ``source.tar_loader()``): how a stage finds the stages it works with by what they can do,
+    never by their class; None where ``source`` has no such method.
+
+    >>> class Opener:
+    ...     def shard_opener(self):
+    ...         return self
+    >>> opener = Opener()
+    >>> offered(opener, "shard_opener") is opener, offered([], "shard_opener")
+    (True, None)
+    """
+    find = getattr(source, capability, None)
+    return find() if callable(find) else None
 
 
 class CoreStage(Resumable, Generic[T_co]):

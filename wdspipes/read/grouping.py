@@ -13,7 +13,7 @@ from typing import Any
 
 from wdspipes.core.curried import Stage, stage_factory
 from wdspipes.core.names import is_meta, split_name
-from wdspipes.core.stage import Sample, core_stage
+from wdspipes.core.stage import Sample, core_stage, offered
 from wdspipes.errors import (
     DuplicateFieldError,
     Handler,
@@ -271,8 +271,8 @@ def _tar_loader_of(source: object) -> TarLoader | None:
     """The tar loader ``source`` is, where it offers itself as one whose items are its members
     as :meth:`TarLoader.iter_members` gives them (``source.tar_loader()``), so that the reader
     may read them from there and resume in it; None for any other source."""
-    find = getattr(source, "tar_loader", None)
-    return find() if callable(find) else None
+    loader: TarLoader | None = offered(source, "tar_loader")
+    return loader
 
 
 @stage_factory

@@ -23,7 +23,7 @@ import reprlib
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, TypeVar
 
-from wdspipes.core.stage import CoreStage, Sample
+from wdspipes.core.stage import CoreStage, Sample, offered
 from wdspipes.errors import Handler, ResumeError, ShardItemError, WdsError, handle
 from wdspipes.io.items import ShardItem, shard_fields, shard_url, url_check
 from wdspipes.io.urls import ByteStream, close_quietly, shard_failure
@@ -225,8 +225,8 @@ def opener_of(source: object) -> ShardOpener | None:
     >>> opener_of(opener) is opener, opener_of([])
     (True, None)
     """
-    find = getattr(source, "shard_opener", None)
-    return find() if callable(find) else None
+    opener: ShardOpener | None = offered(source, "shard_opener")
+    return opener
 
 
 def _dropping(error: Exception, cursor: ShardCursor) -> Exception:
