@@ -22,7 +22,12 @@ from wdspipes.cli.reshard import reshard as reshard_command
 from wdspipes.tools.ray_engine import RaySession
 from wdspipes.tools.reshard import ReshardReport, reshard
 
-on_ray = [pytest.mark.slow, pytest.mark.loaders]  # starts Ray's processes
+
+
+def on_ray(test: Any) -> Any:
+    """Marks a test that starts Ray's processes: slow, loaders, and ray (which the torchdata 0.11
+    run of `make test` leaves out: Ray is installed in .venv only)."""
+    return pytest.mark.slow(pytest.mark.loaders(pytest.mark.ray(test)))
 
 
 def import_ray() -> Any:
@@ -79,8 +84,7 @@ OPTION_SETS = {  # 200 samples, 35 kB of fields, 2 kB of tar each
 
 @pytest.mark.parametrize("options", OPTION_SETS.values(), ids=OPTION_SETS.keys())
 @pytest.mark.parametrize("seed", [0, 12345])
-@pytest.mark.slow
-@pytest.mark.loaders
+@on_ray
 def test_ray_writes_the_bytes_and_names_of_the_local_engine(
     ray_session: Any, inputs: list[str], tmp_path: Path, options: dict[str, Any], seed: int
 ) -> None:
@@ -115,8 +119,7 @@ def truncate(path: str) -> None:
     Path(path).write_bytes(data[: len(data) // 2 + 100])
 
 
-@pytest.mark.slow
-@pytest.mark.loaders
+@on_ray
 def test_a_bad_shard_stops_the_run_with_the_local_error_line_and_a_rerun_finishes(
     ray_session: Any, inputs: list[str], tmp_path: Path
 ) -> None:
@@ -140,8 +143,7 @@ def test_a_bad_shard_stops_the_run_with_the_local_error_line_and_a_rerun_finishe
     assert report.samples == 200
 
 
-@pytest.mark.slow
-@pytest.mark.loaders
+@on_ray
 def test_a_task_whose_worker_dies_is_run_again(
     ray_session: Any, inputs: list[str], tmp_path: Path
 ) -> None:
@@ -157,8 +159,7 @@ def test_a_task_whose_worker_dies_is_run_again(
     assert contents(there.shards) == contents(here.shards)
 
 
-@pytest.mark.slow
-@pytest.mark.loaders
+@on_ray
 def test_create_from_a_class_archive_on_ray_writes_the_local_bytes(
     ray_session: Any, tmp_path: Path
 ) -> None:
@@ -184,13 +185,13 @@ def test_create_from_a_class_archive_on_ray_writes_the_local_bytes(
     assert [p.read_bytes() for p in outputs[True]] == [p.read_bytes() for p in outputs[False]]
 
 
-@pytest.mark.slow
-@pytest.mark.loaders
+@on_ray
 def test_a_directory_a_worker_does_not_see_is_refused(ray_session: Any, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"does not see '.*nowhere'.*shared directory"):
         RaySession()._check_reached([str(tmp_path), str(tmp_path / "nowhere")])
 
 
+@pytest.mark.ray
 def test_an_unreachable_cluster_is_one_error_before_any_work(
     inputs: list[str], tmp_path: Path
 ) -> None:
