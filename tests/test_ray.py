@@ -23,7 +23,6 @@ from wdspipes.tools.ray_engine import RaySession
 from wdspipes.tools.reshard import ReshardReport, reshard
 
 
-
 def on_ray(test: Any) -> Any:
     """Marks a test that starts Ray's processes: slow, loaders, and ray (which the torchdata 0.11
     run of `make test` leaves out: Ray is installed in .venv only)."""
