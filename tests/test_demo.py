@@ -15,9 +15,11 @@ import pytest
 from PIL import Image
 
 from wdspipes.cli import main
+from wdspipes.demo import training
 from wdspipes.demo.pictures import PAD, SCALE
 from wdspipes.demo.run import SHEET_IMAGES
 from wdspipes.demo.shapes import CLASSES, IMAGE_SIZE, shape_samples
+from wdspipes.errors import TorchdataVersionError
 from wdspipes.pipeline import WebDataset
 
 TINY = ["--train-samples", "120", "--val-samples", "60", "--per-shard", "50", "--epochs", "1"]
@@ -65,7 +67,6 @@ def assert_report(text: str, output: Path, epochs: int) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.dataloader2  # the demo trains through DataLoader2
 def test_demo_writes_shards_trains_and_draws(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -77,7 +78,26 @@ def test_demo_writes_shards_trains_and_draws(
     assert_report(capsys.readouterr().out, output, epochs=1)
 
 
-@pytest.mark.dataloader2  # the demo trains through DataLoader2
+def test_without_dataloader2_the_demo_trains_through_torchs_dataloader(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_dataloader2() -> None:
+        raise TorchdataVersionError.lacking("DataLoader2 exists in torchdata 0.8 and 0.9", "")
+
+    monkeypatch.setattr(training, "dataloader2", no_dataloader2)
+    output = tmp_path.resolve() / "demo"
+    args = ["--train-samples", "30", "--val-samples", "12", "--epochs", "2", "--workers", "0"]
+    assert main(["demo", "-o", str(output), *args]) == 0
+    text = capsys.readouterr().out
+    assert "on batches that torch's DataLoader reads in this process" in " ".join(text.split())
+    assert_report(text, output, epochs=2)
+    loader = training.make_loader(training.reading_pipe(["unread.tar"], 4), 0)
+    assert isinstance(loader, training.TorchLoader)
+    loader.shutdown()
+    with pytest.raises(RuntimeError, match="shut down"):
+        iter(loader)
+
+
 def test_a_second_run_replaces_the_shards_of_the_first(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -92,8 +112,7 @@ def test_a_second_run_replaces_the_shards_of_the_first(
     assert names == ["notes.txt", "train-0000.tar", "val-0000.tar"]
 
 
-@pytest.mark.dataloader2
-@pytest.mark.loaders
+@pytest.mark.loaders  # with torchdata 0.11 too, where torch's DataLoader runs the worker
 def test_python_m_wdspipes_demo_runs_with_a_worker_process(tmp_path: Path) -> None:
     output = tmp_path.resolve() / "out"
     run = subprocess.run(
@@ -104,7 +123,8 @@ def test_python_m_wdspipes_demo_runs_with_a_worker_process(tmp_path: Path) -> No
         cwd=tmp_path,
     )
     assert run.returncode == 0, run.stderr
-    assert "1 worker process" in run.stdout
+    plan = f"on batches that {training.loader_name()} reads in 1 worker process"
+    assert plan in " ".join(run.stdout.split())
     assert_shards(output / "shards", "train", 120, shards=3)
     assert_shards(output / "shards", "val", 60, shards=2)
     assert_pictures(output)

@@ -28,6 +28,7 @@ from wdspipes.demo.training import (
     EpochStats,
     ShapeNet,
     evaluate,
+    loader_name,
     make_loader,
     predict,
     reading_pipe,
@@ -201,7 +202,7 @@ def _say_plan(model: ShapeNet, options: DemoOptions) -> None:
     seed, batch_size = options.seed, options.batch_size
     _tell(
         f"Training a CNN ({weights:,} weights) for {_count(options.epochs, 'epoch')}, torch on "
-        f"{_count(torch.get_num_threads(), 'thread')}, on batches that DataLoader2 reads in "
+        f"{_count(torch.get_num_threads(), 'thread')}, on batches that {loader_name()} reads in "
         f"{workers} from:"
     )
     _say(f"    WebDataset(train_shards, shardshuffle=True, seed={seed})")

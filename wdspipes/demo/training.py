@@ -1,7 +1,8 @@
 """The demo's model and loops: a small CNN, trained on batches read from shards.
 
 The training batches come from the pipeline a real training job uses (:func:`training_pipe`),
-run by torchdata's DataLoader2 (:func:`make_loader`); the loops themselves are plain PyTorch
+run by torchdata's DataLoader2, or by torch's DataLoader where torchdata has no DataLoader2
+(0.10 and later, :func:`make_loader`); the loops themselves are plain PyTorch
 and take any iterable of ``(images, labels)`` batches:
 
 >>> model = ShapeNet(classes=3)
@@ -15,14 +16,15 @@ and take any iterable of ``(images, labels)`` batches:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.utils.data import IterDataPipe
+from torch.utils.data import DataLoader, IterDataPipe
 
+from wdspipes.errors import TorchdataVersionError
 from wdspipes.loaders import dataloader2
 from wdspipes.pipeline import WebDataset
 
@@ -31,7 +33,9 @@ __all__ = [
     "SHUFFLE_BUFFER",
     "EpochStats",
     "ShapeNet",
+    "TorchLoader",
     "evaluate",
+    "loader_name",
     "make_loader",
     "predict",
     "reading_pipe",
@@ -106,15 +110,49 @@ def training_pipe(urls: Sequence[str], batch_size: int, seed: int) -> IterDataPi
     return batches
 
 
+def loader_name() -> str:
+    """The loader :func:`make_loader` makes here: ``"DataLoader2"`` or ``"torch's DataLoader"``
+    (torchdata 0.10 and later have no DataLoader2)."""
+    try:
+        dataloader2()
+    except TorchdataVersionError:
+        return TorchLoader.name
+    return "DataLoader2"
+
+
 def make_loader(pipe: IterDataPipe[Batch], workers: int) -> Any:
-    """A DataLoader2 running ``pipe`` in ``workers`` processes (0: in this process). Call its
-    ``shutdown()`` when done."""
+    """A loader running ``pipe`` in ``workers`` processes (0: in this process): torchdata's
+    DataLoader2, or torch's DataLoader (its workers kept from epoch to epoch) where torchdata
+    has no DataLoader2. Call its ``shutdown()`` when done."""
+    if loader_name() != "DataLoader2":
+        return TorchLoader(pipe, workers)
     dl2 = dataloader2()
     if workers:
         service = dl2.MultiProcessingReadingService(num_workers=workers)
     else:
         service = dl2.InProcessReadingService()
     return dl2.DataLoader2(pipe, reading_service=service)
+
+
+class TorchLoader:
+    """torch's DataLoader over a pipeline that makes its own batches, with DataLoader2's
+    ``shutdown()``: the demo's loader where torchdata has no DataLoader2."""
+
+    name = "torch's DataLoader"
+
+    def __init__(self, pipe: IterDataPipe[Batch], workers: int) -> None:
+        self.loader: DataLoader[Batch] | None = DataLoader(
+            pipe, batch_size=None, num_workers=workers, persistent_workers=workers > 0
+        )
+
+    def __iter__(self) -> Iterator[Batch]:
+        if self.loader is None:
+            raise RuntimeError("this loader was shut down")
+        return iter(self.loader)
+
+    def shutdown(self) -> None:
+        """Stop the worker processes (dropping the loader stops them)."""
+        self.loader = None
 
 
 @dataclass(frozen=True)
