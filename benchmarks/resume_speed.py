@@ -50,7 +50,7 @@ from common import (
 from torch.utils.data.graph_settings import apply_sharding
 
 import wdspipes as wds
-from wdspipes.core.loader_state import StateTags, saver
+from wdspipes.loaders.loader_state import StateTags, saver
 
 BUFFER = 1000
 READERS, NEW_READERS = 4, 2

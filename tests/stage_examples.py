@@ -18,7 +18,7 @@ from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes.iter import IterableWrapper
 
 import wdspipes as wds
-from wdspipes.core.datapipe import registered_stage
+from wdspipes.pipes.datapipe import registered_stage
 
 SHARDS, PER_SHARD = 4, 3
 

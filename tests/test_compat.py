@@ -18,7 +18,7 @@ from torch.utils.data.datapipes.datapipe import _IterDataPipeSerializationWrappe
 from torch.utils.data.datapipes.iter import IterableWrapper
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from wdspipes.core import compat
+from wdspipes.loaders import compat
 
 pytestmark = pytest.mark.torchdata
 

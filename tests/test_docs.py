@@ -22,7 +22,7 @@ from torch.utils.data import IterDataPipe
 
 import wdspipes as wds
 from wdspipes.core.curried import is_stage_factory
-from wdspipes.core.datapipe import registered_stage
+from wdspipes.pipes.datapipe import registered_stage
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

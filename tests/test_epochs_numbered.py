@@ -19,7 +19,7 @@ from torch.utils.data.graph_settings import apply_random_seed, apply_sharding
 
 import wdspipes as wds
 from wdspipes.core import distributed
-from wdspipes.core.datapipe import StageDataPipe
+from wdspipes.pipes.datapipe import StageDataPipe
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from torch.utils.data.graph import traverse_dps
 from torch.utils.data.graph_settings import get_all_graph_pipes
 
 import wdspipes as wds
-from wdspipes.core import pickling
+from wdspipes.pipes import pickling
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message=r"(?s).*deprecated", category=UserWarning)

@@ -28,9 +28,9 @@ from torch.utils.data.graph import traverse_dps
 from torch.utils.data.graph_settings import apply_random_seed, apply_sharding
 
 import wdspipes as wds
-from wdspipes.core.datapipe import StageDataPipe
 from wdspipes.core.stage import CoreStage, front_end_of
 from wdspipes.errors import ResumeError
+from wdspipes.pipes.datapipe import StageDataPipe
 from wdspipes.read.grouping import tar_samples
 from wdspipes.read.positions import opener_of
 from wdspipes.state.graph import chain_of, upstream_of

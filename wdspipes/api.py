@@ -6,10 +6,8 @@ torch; the package loads this module the first time a program uses one of its na
 (see :mod:`wdspipes.core.loading`). ``wdspipes.X`` is ``wdspipes.api.X`` for every name here.
 """
 
-from wdspipes.core.compat import fix_dataloader2, mend_stateful_dataloader
 from wdspipes.core.curried import Stage
 from wdspipes.core.distributed import ShardSplitError, full_sync
-from wdspipes.core.loader_state import merge_states
 from wdspipes.errors import (
     CollationError,
     CommandError,
@@ -47,6 +45,8 @@ from wdspipes.filters import getfirst, pipelinefilter
 from wdspipes.gopen import gopen
 from wdspipes.io import ShardStream, open_url, shard_url
 from wdspipes.io.readahead import ReadAhead, ReadStats
+from wdspipes.loaders.compat import fix_dataloader2, mend_stateful_dataloader
+from wdspipes.loaders.loader_state import merge_states
 from wdspipes.nodes import as_node
 from wdspipes.pipeline import (
     DataPipeline,
@@ -130,8 +130,8 @@ from wdspipes.tariterators import group_by_keys, tar_file_expander, url_opener
 from wdspipes.write import SampleEncoder, ShardWriter, TarWriter, encode_value
 from wdspipes.write.stream_shards import CborWriter, MsgpackWriter
 
-fix_dataloader2()  # if torchdata's DataLoader2 was imported first (see wdspipes.core.compat)
-mend_stateful_dataloader()  # states of other worker counts, epochs (see wdspipes.core.compat)
+fix_dataloader2()  # if torchdata's DataLoader2 was imported first (see wdspipes.loaders.compat)
+mend_stateful_dataloader()  # states of other worker counts, epochs (see wdspipes.loaders.compat)
 
 __all__ = [
     "Batcher",

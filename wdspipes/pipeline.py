@@ -15,13 +15,13 @@ from torch.utils.data import DataLoader, IterableDataset, IterDataPipe
 from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
 from wdspipes.core.curried import Stage, is_stage_factory, stage_factory
-from wdspipes.core.datapipe import StageDataPipe
 from wdspipes.core.distributed import declares_per_worker
 from wdspipes.errors import Handler, ResumeError, reraise_exception
 from wdspipes.io import ShardItem
 from wdspipes.io.cache import DEFAULT_CACHE_SIZE, CacheDir, StorageOptions, opener_options
 from wdspipes.io.pipe import Commands
 from wdspipes.io.readahead import ReadAhead
+from wdspipes.pipes.datapipe import StageDataPipe
 from wdspipes.pipes.read import (
     SampleGrouper,
     ShardList,

@@ -5,7 +5,7 @@ of the state through the protocol of :mod:`wdspipes.state.protocol`, as a node o
 torchdata.nodes does; a chain of them runs without torch (``wdspipes cat`` reads shards so).
 Each is registered under its functional name (:func:`core_stage`); its DataPipe front end, in
 :mod:`wdspipes.pipes`, is the same class with torch's ``IterDataPipe`` added, registered on
-``IterDataPipe`` under the same name (:func:`wdspipes.core.datapipe.functional_stage`).
+``IterDataPipe`` under the same name (:func:`wdspipes.pipes.datapipe.functional_stage`).
 
 >>> from wdspipes.state.protocol import stage_name
 >>> from wdspipes.read.shards import ShardLister

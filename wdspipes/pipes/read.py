@@ -15,8 +15,8 @@ from typing import Any
 from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
-from wdspipes.core.datapipe import Sample, StageDataPipe, front_end, functional_stage
 from wdspipes.io.items import ShardItem
+from wdspipes.pipes.datapipe import Sample, StageDataPipe, front_end, functional_stage
 from wdspipes.read import directory, grouping, opener, shards, stream_shards, tar
 from wdspipes.read.opener import OpenedShard
 from wdspipes.read.specs import ShardSpec

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes.iter import IterableWrapper
 
-from wdspipes.core.datapipe import Sample, StageDataPipe, front_end, functional_stage
+from wdspipes.pipes.datapipe import Sample, StageDataPipe, front_end, functional_stage
 from wdspipes.samples import batch, epochs, fields, mix, shuffle
 from wdspipes.samples.decoders import decoder
 

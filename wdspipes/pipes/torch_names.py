@@ -5,7 +5,7 @@ webdataset's fluid methods of these names are torch's (``shuffle``, ``map``) or 
 (``slice``, ``repeat``: registered once ``torchdata.datapipes`` is imported, as
 ``torchdata.dataloader2`` does; wdspipes never imports it) for other stages. wdspipes leaves
 torch's registry as it is: the four are methods of its own stages
-(:class:`~wdspipes.core.datapipe.StageDataPipe`), which run the functions of this module, so
+(:class:`~wdspipes.pipes.datapipe.StageDataPipe`), which run the functions of this module, so
 torch's own DataPipes keep torch's meanings (``IterableWrapper(x).shuffle(4)`` is torch's
 error; ``.buffer_shuffle(4)`` is the shuffle buffer on any DataPipe). On a wdspipes stage, a
 torch-style call keeps doing what torch's does. The rule for the rest:
@@ -43,8 +43,8 @@ from typing import Any, NoReturn
 
 from torch.utils.data import IterDataPipe
 
-from wdspipes.core.datapipe import webdataset_call
 from wdspipes.errors import TorchNameWarning
+from wdspipes.pipes.datapipe import webdataset_call
 from wdspipes.pipes.samples import BufferShuffler, EpochRepeater, ItemSlicer, SampleMapper
 from wdspipes.samples.shuffle import seed_from
 

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from wdspipes.core.processes import alive
-from wdspipes.core.worker_queues import on_workers_gone
+from wdspipes.loaders.worker_queues import on_workers_gone
 
 __all__ = ["MIN_BYTES", "SMALL_BYTES", "batch_array", "forget_dead_workers", "send_small_by_value"]
 
@@ -274,7 +274,7 @@ def _rebuild_storage(fd_box: Any, generation: int, nbytes: int) -> torch.Untyped
 def forget_dead_workers() -> None:
     """Let go of the slots of worker processes that have exited (each once nothing reads it):
     a loader calls this when it finds a worker dead or ends its workers (see
-    :func:`wdspipes.core.worker_queues.on_workers_gone`)."""
+    :func:`wdspipes.loaders.worker_queues.on_workers_gone`)."""
     with _mappings_lock:
         _drop_dead()
 

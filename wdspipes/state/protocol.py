@@ -70,7 +70,7 @@ _NAME_OF: dict[type, str] = {}
 def name_stage(name: str, cls: type) -> None:
     """Record ``cls`` as the wdspipes stage of functional name ``name``, in wdspipes' own
     registry (torch's ``IterDataPipe.functions`` is torch's). A DataPipe front end takes the
-    name of the core class it subclasses (see :mod:`wdspipes.core.datapipe`).
+    name of the core class it subclasses (see :mod:`wdspipes.pipes.datapipe`).
 
     Raises:
         RuntimeError: the name is another stage's already.

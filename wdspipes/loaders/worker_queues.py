@@ -1,5 +1,5 @@
 """The main process's side of DataLoader2's worker processes, mended (see
-:mod:`wdspipes.core.compat`, which applies these in place of torchdata's own, for the versions
+:mod:`wdspipes.loaders.compat`, which applies these in place of torchdata's own, for the versions
 it checked): the round-robin over the workers' queues, which lets workers finish apart, waits
 without polling and notices a worker that died; the prefetch buffers, which wait on a condition;
 FullSync's thread let go of when collected; and the end of the workers, which never waits for a
@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
-from wdspipes.core.loader_state import Tagged
 from wdspipes.errors import WorkerError
+from wdspipes.loaders.loader_state import Tagged
 
 __all__ = [
     "check_alive",
@@ -50,7 +50,7 @@ def round_robin(self: Any) -> Iterator[Any]:
     """``_IterateQueueDataPipes.__iter__``, mended: one item from each worker in turn, each
     worker with at most one request outstanding; a worker that stops leaves the turn. The
     turn begins at worker 0, or where a restored state says; an item its worker numbered
-    (:class:`~wdspipes.core.loader_state.Tagged`) is marked with the worker.
+    (:class:`~wdspipes.loaders.loader_state.Tagged`) is marked with the worker.
 
     Keeps the original's contract: responses stored by a pause come first, a request limit
     ends the epoch once the responses already asked for are delivered, termination ends it

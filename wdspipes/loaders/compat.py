@@ -1,6 +1,6 @@
 """torchdata, mended where wdspipes needs it: every change wdspipes makes to torchdata is made
 by this module (the main process's side of DataLoader2's workers is written in
-:mod:`wdspipes.core.worker_queues`, the loaders' states in :mod:`wdspipes.core.loader_state`),
+:mod:`wdspipes.loaders.worker_queues`, the loaders' states in :mod:`wdspipes.loaders.loader_state`),
 each applied only to the torchdata versions it was checked against (DataLoader2's: 0.8 and
 0.9, whose code these mends touch is the same, and the last with DataLoader2;
 StatefulDataLoader's: 0.8 to 0.11, :data:`STATEFUL_CHECKED`), and each leaves datasets that
@@ -39,7 +39,7 @@ collective. An explicit ``shutdown()`` still waits, as torchdata's does.
 
 **DataLoader2's state**, for a wdspipes pipeline: ``state_dict()``, ``load_state_dict()`` and
 ``DataLoader2.from_state`` save and restore the rest of the epoch exactly, with any reading
-service (see :mod:`wdspipes.core.loader_state`). The reading services become checkpointable
+service (see :mod:`wdspipes.loaders.loader_state`). The reading services become checkpointable
 (their part of the state is empty: the pipeline's is wdspipes'), so that
 ``SequentialReadingService`` no longer warns at each ``state_dict()``.
 
@@ -50,7 +50,7 @@ pipeline, and only there:
   a DataPipe in torch's ``_IterDataPipeSerializationWrapper``, which hides them, so wdspipes
   gives such a loader a subclass of that wrapper that has them;
 - loading a state saved with another number of workers (where torchdata would fail with a bare
-  assertion or a missing key), or merged across ranks (:func:`~wdspipes.core.loader_state.
+  assertion or a missing key), or merged across ranks (:func:`~wdspipes.loaders.loader_state.
   merge_states`), gives every worker the workers' states merged, of which each takes its share;
 - with torchdata 0.11's ``in_order=False`` and workers, whose state cannot say which items
   were delivered, its ``state_dict()`` and ``load_state_dict()`` raise
@@ -79,9 +79,9 @@ from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes._hook_iterator import hook_iterator
 from torch.utils.data.datapipes.datapipe import _IterDataPipeSerializationWrapper
 
-from wdspipes.core import loader_state, worker_queues
-from wdspipes.core.loader_state import KEY, Deliveries, StateChannel, StateTags, Tagged
 from wdspipes.errors import ResumeError
+from wdspipes.loaders import loader_state, worker_queues
+from wdspipes.loaders.loader_state import KEY, Deliveries, StateChannel, StateTags, Tagged
 from wdspipes.state.graph import upstream_of
 from wdspipes.state.protocol import Resumable
 
@@ -203,7 +203,7 @@ def _restore(self: Any, datapipe: Any, serialized_state: bytes) -> Any:
 
 class _NumberWorker:
     """A worker's init function (MultiProcessingReadingService's ``worker_init_fn``) that tells
-    the pipeline's :class:`~wdspipes.core.loader_state.StateTags` which worker it runs in and
+    the pipeline's :class:`~wdspipes.loaders.loader_state.StateTags` which worker it runs in and
     has it answer the main process's requests for states on the worker's channel, then calls
     the user's own, if any."""
 
@@ -224,7 +224,7 @@ class _NumberWorker:
 
 def _mend_loader(loader: ModuleType) -> None:
     """DataLoader2 saves and restores a wdspipes pipeline's state (see
-    :mod:`wdspipes.core.loader_state`): as an epoch begins, after the delivery of items and in
+    :mod:`wdspipes.loaders.loader_state`): as an epoch begins, after the delivery of items and in
     its ``state_dict()``. (A state given to ``load_state_dict`` or ``from_state`` is taken
     back as the first epoch begins: DataLoader2 keeps it.)"""
     cls, iterator = loader.DataLoader2, loader.DataLoader2Iterator

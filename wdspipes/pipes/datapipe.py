@@ -7,9 +7,9 @@ from typing import Any, TypeVar
 
 from torch.utils.data import IterDataPipe
 
-from wdspipes.core.compat import fix_dataloader2
-from wdspipes.core.pickling import restored_state, stage_state
 from wdspipes.core.stage import CoreStage, Sample, set_front_end
+from wdspipes.loaders.compat import fix_dataloader2
+from wdspipes.pipes.pickling import restored_state, stage_state
 from wdspipes.state.protocol import functional_names, name_stage
 
 __all__ = [
@@ -110,11 +110,11 @@ class StageDataPipe(CoreStage[T_co], IterDataPipe[T_co]):
     a class-attribute read.
 
     Torch's graph walk pickles only a stage's upstream DataPipes, and functions cross to
-    worker processes through dill where plain pickle cannot (see :mod:`wdspipes.core.pickling`).
+    worker processes through dill where plain pickle cannot (see :mod:`wdspipes.pipes.pickling`).
 
     Pickling a stage mends DataLoader2's multiprocessing if torchdata is loaded (see
-    :func:`wdspipes.core.compat.fix_dataloader2`): DataLoader2 pickles the graph it is given before
-    it starts any worker; unpickling one mends it in a spawned worker.
+    :func:`wdspipes.loaders.compat.fix_dataloader2`): DataLoader2 pickles the graph it is given
+    before it starts any worker; unpickling one mends it in a spawned worker.
     """
 
     _is_child_datapipe = False
@@ -144,7 +144,7 @@ class StageDataPipe(CoreStage[T_co], IterDataPipe[T_co]):
 
     def __getstate__(self) -> Any:
         fix_dataloader2()
-        return stage_state(self)  # lambdas stay unpickled without workers (wdspipes.core.pickling)
+        return stage_state(self)  # lambdas stay unpickled without workers (wdspipes.pipes.pickling)
 
     def __setstate__(self, state: Any) -> None:
         fix_dataloader2()  # a spawned worker process: its prefetch buffer is mended too

@@ -1,4 +1,7 @@
-"""torchdata's DataLoader2, imported quietly, and mended where it loses its way.
+"""torchdata's loaders as wdspipes runs them: DataLoader2, imported quietly, and mended where it
+loses its way. The mends of DataLoader2 and StatefulDataLoader are :mod:`~wdspipes.loaders.compat`
+(the loaders' states in :mod:`~wdspipes.loaders.loader_state`, DataLoader2's workers seen from the
+main process in :mod:`~wdspipes.loaders.worker_queues`).
 
 torchdata 0.9 is the last release with DataLoader2. It warns about that at import; wdspipes
 silences exactly that warning and nothing else. The stages themselves need only torch. With
@@ -9,8 +12,9 @@ torchdata 0.10 or later (or none), :func:`dataloader2` raises a
 
 DataLoader2 also fails when workers run out of items at different times, and waits by polling;
 :func:`fix_dataloader2` mends both (it lives with the other torchdata mends in
-:mod:`wdspipes.core.compat`, and is applied by :func:`dataloader2`, when wdspipes is imported after
-DataLoader2, and whenever a wdspipes graph is pickled; without DataLoader2 it does nothing).
+:mod:`wdspipes.loaders.compat`, and is applied by :func:`dataloader2`, when wdspipes is imported
+after DataLoader2, and whenever a wdspipes graph is pickled; without DataLoader2 it does
+nothing).
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ import importlib
 import warnings
 from types import ModuleType
 
-from wdspipes.core.compat import fix_dataloader2
 from wdspipes.errors import TorchdataVersionError
+from wdspipes.loaders.compat import fix_dataloader2
 
 __all__ = ["dataloader2", "fix_dataloader2"]
 

@@ -1,7 +1,7 @@
 """The state of a wdspipes pipeline inside torchdata's loaders: DataLoader2's own
 ``state_dict()``, ``load_state_dict()`` and ``DataLoader2.from_state``, StatefulDataLoader's with
 another number of workers, and :func:`merge_states` for another number of ranks. The mends that
-install them are in :mod:`wdspipes.core.compat`, gated to the torchdata versions they were
+install them are in :mod:`wdspipes.loaders.compat`, gated to the torchdata versions they were
 checked against.
 
 **DataLoader2.** Workers read ahead of what the training loop has taken: each keeps a prefetch
@@ -127,7 +127,7 @@ class StateTags(IterDataPipe[Tagged]):
         self.source_datapipe = source_datapipe
         self.restoring = restoring
         self.keep = keep
-        self.worker = 0  # set in each worker as it starts (see wdspipes.core.compat)
+        self.worker = 0  # set in each worker as it starts (see wdspipes.loaders.compat)
         self.states: dict[int, dict[str, Any] | ResumeError] = {}
         self.count = 0  # items tagged, in every epoch
 
@@ -375,7 +375,7 @@ def stateful_for(state: dict[str, Any], workers: int, merged: dict[str, Any]) ->
     another count, whose pipeline states were merged into ``merged``: each worker is given the
     merged state, and takes its share of it. The loader's own counts begin again, since the
     items each worker has left are not the saved workers'. Its keys are those of the torchdata
-    versions :data:`wdspipes.core.compat.STATEFUL_CHECKED` names."""
+    versions :data:`wdspipes.loaders.compat.STATEFUL_CHECKED` names."""
     main = state[_SNAPSHOT][_MAIN] if _SNAPSHOT in state else state
     common = {
         "_sampler_iter_state": None,
