@@ -1,5 +1,5 @@
-"""The torchdata mends (wdspipes/core/compat.py): applied only to the torchdata versions they were
-checked against, and a dataset that is not a wdspipes pipeline behaves under StatefulDataLoader
+"""The torchdata mends (wdspipes/loaders/compat.py): applied only to the torchdata versions they
+were checked against, and a dataset that is not a wdspipes pipeline behaves under StatefulDataLoader
 and DataLoader2 exactly as it does without wdspipes imported."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Stages take lambdas and closures wherever torch's own ``.map(lambda)`` does
-(``wdspipes/core/pickling.py``): no pickling without worker processes, dill where pickling is
+(``wdspipes/pipes/pickling.py``): no pickling without worker processes, dill where pickling is
 needed and dill is installed, else an error naming the stage, the function and the fix.
 
 dill is not installed in the test environment (requirements/dev.txt): where a test needs it,
