@@ -10,16 +10,17 @@ package (all of :mod:`wdspipes.api`) load with its first use, or at once if torc
 already; a program that imports torch after wdspipes uses a wdspipes name before it chains
 a functional name on torch's own DataPipes (:mod:`wdspipes.core.loading`).
 
-The folders are the way data moves: ``core`` (the stage base and registration, curried stages,
-seeds, ranks and workers, the state protocol and its walker, torchdata's mends), ``read``
-(shard lists, the reader base, tar, grouping, stream shards), ``io`` (opening URLs),
-``samples`` (decoding, fields, shuffle, batches, epochs), ``write`` (writers and encoders) and
-``tools`` (resharding), with ``cli`` and ``demo`` on top. Three modules stay at the top level:
-``pipeline`` assembles stages of ``read``, ``io`` and ``samples``, so it stands above them;
-``loaders`` is what a training script imports to run a pipeline, and no stage uses it;
-``errors`` is the one hierarchy every folder raises and users catch. ``core.distributed`` is
-in ``core`` because seeds, shard lists and the opener all need the split among ranks and
-workers. docs/guide/layout.md lists every module and where each stage is.
+The folders are the way data moves: ``state`` (the state protocol and its walker), ``core``
+(the torch-free stage base, curried stages, seeds, ranks and workers), ``loaders`` (torchdata's
+loaders and their mends), ``io`` (opening URLs), ``read`` (shard lists, the reader base, tar,
+grouping, stream shards), ``samples`` (decoding, fields, shuffle, batches, epochs), ``write``
+(writers and encoders), ``pipes`` (the DataPipe front ends of the stages), ``nodes`` (the
+torchdata.nodes front end) and ``tools`` (resharding), with ``cli`` and ``demo`` on top. Two
+modules stay at the top level: ``pipeline`` assembles the DataPipes of ``pipes``, so it stands
+above them; ``errors`` is the one hierarchy every folder raises and users catch.
+``core.distributed`` is in ``core`` because seeds, shard lists and the opener all need the
+split among ranks and workers. docs/guide/layout.md lists every module and where each stage
+is.
 
 webdataset's module paths hold the names programs import from them: ``wdspipes.shardlists``,
 ``wdspipes.tariterators``, ``wdspipes.filters``, ``wdspipes.utils``, ``wdspipes.autodecode``,
