@@ -4,7 +4,7 @@ pytest collects every ``docs/**/*.md`` page with ``>>>`` examples (``--doctest-g
 pyproject.toml) as one test: the page's examples run in order, in one namespace, the way a
 reader would type them. Each page starts in an empty directory of its own, so its examples
 write their shards under relative paths and leave nothing behind. A page's namespace is a
-module as a script's is, so that the classes and functions it defines pickle (torch walks a
+module as a script's is, so that the classes and functions it defines pickle (torch traverses a
 pipeline's graph by pickling it). Pages whose examples start loader worker processes get the
 ``loaders`` mark, like the tests that do. Whitespace in the expected output is normalized
 (doctest's ``NORMALIZE_WHITESPACE``), so that a long output line can wrap to fit the page's

@@ -1,7 +1,7 @@
 """Epochs you can set, and agreed on (issue 27, item 3): ``set_epoch(n)`` reaches every seeded
 shuffle and resampler, so a job restarted at epoch n reproduces epoch n's orders; webdataset's
 ``detshuffle(..., epoch=)`` and ``shuffle(..., rng=)`` are taken; reading a source again within
-an epoch keeps the epoch's shard order. And a graph is walked without pickling it: a stage class
+an epoch keeps the epoch's shard order. And a graph is traversed without pickling it: a stage class
 defined in a function, a lambda or an open file in a stage iterate in one process."""
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def test_shuffle_takes_webdatasets_rng() -> None:
         wds.shuffle(8, rng="x")  # type: ignore[arg-type]
 
 
-# --- the graph walked without pickling ------------------------------------------------------
+# --- the graph traversed without pickling ------------------------------------------------------
 
 
 def local_stage() -> type[StageDataPipe[Any]]:
@@ -169,7 +169,7 @@ def test_a_local_stage_class_before_a_shuffle_buffer_iterates(urls: str, tmp_pat
         shuffled = pipe.buffer_shuffle(10, seed=1)
         first = keys(shuffled)
         assert sorted(first) == sorted(keys(shuffled)) and len(first) == 48
-        state = shuffled.state_dict()  # the state walks the same graph
+        state = shuffled.state_dict()  # the state traverses the same graph
         assert state["stages"]
 
 

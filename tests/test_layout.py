@@ -62,7 +62,7 @@ def test_each_folder_imports_only_the_folders_before_it() -> None:
 
 TORCH_AT_MODULE_LEVEL = {
     # what meets torch's objects: the pipeline's DataPipe classes, torch's own stages in the
-    # state walk, tensors handed over by batching workers, the map-style dataset
+    # state's traversal, tensors handed over by batching workers, the map-style dataset
     "wdspipes.pipeline",
     "wdspipes.state.torch_stages",
     "wdspipes.samples.handover",

@@ -113,7 +113,7 @@ def test_lambdas_under_dataloader_without_workers(stage: str) -> None:
 
 
 def test_lambdas_in_a_shard_pipeline_under_dataloader(tmp_path: Any) -> None:
-    # the opener's split check walks the graph from the opener up, the loader from the end
+    # the opener's split check traverses the graph from the opener up, the loader from the end
     with wds.ShardWriter(str(tmp_path / "s-%d.tar"), maxcount=2) as sink:
         for index in range(5):
             sink.write({"__key__": f"{index:02d}", "cls": index, "txt": "x" * index})

@@ -7,7 +7,7 @@ here as refusing.
 
 Also: the safe default (a stage that has not declared how it resumes is refused), torch's own
 stages through their adapter table, and the shape of the state code (no import cycle; the
-walker knows no concrete stage)."""
+assembler knows no concrete stage)."""
 
 from __future__ import annotations
 
@@ -171,7 +171,7 @@ def test_the_lists_of_refusing_stages_name_registered_stages() -> None:
 
 
 def torch_chain(sink: IterDataPipe[Any]) -> list[Any]:
-    """The chain of stages as torch's graph walk finds it (by pickling the stages), up to a
+    """The chain of stages as torch's graph traversal finds it (by pickling the stages), up to a
     stage that holds its sources' states (a mixer), which names the same sources."""
     chain = []
     graph = traverse_dps(sink)
@@ -388,7 +388,7 @@ def test_the_package_has_no_import_cycle() -> None:
 
 
 def test_the_state_walker_and_protocol_import_no_stage() -> None:
-    """The walker assembles the state by calling stage methods: it imports no stage module."""
+    """The assembler builds the state by calling stage methods: it imports no stage module."""
     modules = sorted(path.stem for path in (PACKAGE / "state").glob("*.py"))
     allowed = {"wdspipes.errors"} | {f"wdspipes.state.{module}" for module in modules}
     for module in modules:

@@ -10,7 +10,7 @@ package (all of :mod:`wdspipes.api`) load with its first use, or at once if torc
 already; a program that imports torch after wdspipes uses a wdspipes name before it chains
 a functional name on torch's own DataPipes (:mod:`wdspipes.core.loading`).
 
-The folders are the way data moves: ``state`` (the state protocol and its walker), ``core``
+The folders are the way data moves: ``state`` (the state protocol and its assembler), ``core``
 (the torch-free stage base, curried stages, seeds, ranks and workers), ``loaders`` (torchdata's
 loaders and their mends), ``io`` (opening URLs), ``read`` (shard lists, the reader base, tar,
 grouping, stream shards), ``samples`` (decoding, fields, shuffle, batches, epochs), ``write``

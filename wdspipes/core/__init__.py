@@ -7,5 +7,5 @@ top; the DataPipe base is in :mod:`wdspipes.pipes`, torchdata's loaders and thei
 :mod:`wdspipes.loaders`.
 
 Besides :mod:`wdspipes.errors`, it imports only :mod:`wdspipes.state`, the state protocol and
-its walker.
+its assembler.
 """

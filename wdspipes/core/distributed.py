@@ -190,7 +190,7 @@ def declares_per_worker(source: object) -> bool:
 def _every_reader_reads_all(datapipe: Any) -> bool:
     """Whether every reader of ``datapipe`` (an opener, with no sharding filter upstream)
     reads all its shards: a shard list of known length that no stage before declares per
-    worker (see :func:`declares_per_worker`), found by the graph walk that pickles nothing
+    worker (see :func:`declares_per_worker`), found by the graph traversal that pickles nothing
     (:func:`~wdspipes.state.graph.upstream_of`)."""
     source = getattr(datapipe, "source_datapipe", None)
     if source is None:

@@ -92,7 +92,7 @@ class Tagged:
 
 
 def saver(sink: IterDataPipe[Any]) -> Callable[[], dict[str, Any]]:
-    """A function that gives the state of the pipeline ending in ``sink``: the graph is walked
+    """A function that gives the state of the pipeline ending in ``sink``: the graph is traversed
     once, as the epoch begins (the stages' parts are asked for each time)."""
     stages = seeded_stages(sink)
     try:

@@ -109,7 +109,7 @@ class StageDataPipe(CoreStage[T_co], IterDataPipe[T_co]):
     work. Our stages are not the children of ``fork`` or ``demux``; saying so makes the check
     a class-attribute read.
 
-    Torch's graph walk pickles only a stage's upstream DataPipes, and functions cross to
+    Torch's graph traversal pickles only a stage's upstream DataPipes, and functions cross to
     worker processes through dill where plain pickle cannot (see :mod:`wdspipes.pipes.pickling`).
 
     Pickling a stage mends DataLoader2's multiprocessing if torchdata is loaded (see

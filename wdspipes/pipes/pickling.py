@@ -1,11 +1,11 @@
 """How stages pickle, so that they take lambdas and closures wherever torch's ``.map`` does.
 
-Two things pickle a stage. Torch's graph walk (``traverse_dps``, which the loaders run as they
-seed and split a pipeline, workers or not; wdspipes' own walks do not pickle: see
+Two things pickle a stage. Torch's graph traversal (``traverse_dps``, which the loaders run as they
+seed and split a pipeline, workers or not; wdspipes' own traversals do not pickle: see
 :mod:`wdspipes.state.graph`) pickles each stage with a hook that should keep only the upstream
 DataPipes; but torch's hook keeps every list, tuple and dict too, so the functions held in one
 (``map_tuple``'s, ``map_dict``'s, ``decode``'s handlers) were pickled there, and a lambda failed
-under a loader even without a worker process. :func:`stage_state` hands that walk only the
+under a loader even without a worker process. :func:`stage_state` hands that traversal only the
 attributes that hold a DataPipe.
 
 A worker process that is sent the pipeline (a ``spawn`` or ``forkserver`` worker of a
@@ -53,7 +53,7 @@ def dill_module() -> ModuleType | None:
 
 
 def stage_state(stage: IterDataPipe[Any]) -> dict[str, Any]:
-    """What pickling ``stage`` takes: for torch's graph walk (a ``getstate_hook`` is set), the
+    """What pickling ``stage`` takes: for torch's graph traversal (a ``getstate_hook`` is set), the
     attributes that hold DataPipes, through the hook; otherwise every attribute, those
     holding functions wrapped in :class:`PickledFunctions`."""
     state: dict[str, Any] = stage.__dict__

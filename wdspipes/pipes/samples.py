@@ -109,7 +109,7 @@ class Unbatcher(batch.Unbatcher, StageDataPipe[Any]):
 
 def _as_datapipe(source: Iterable[T]) -> Iterable[T]:
     """A mixer's source as its DataPipe reads it: a DataPipe as it is, a plain iterable
-    wrapped (not copied) in torch's ``IterableWrapper``, as torch's graph walk expects."""
+    wrapped (not copied) in torch's ``IterableWrapper``, as torch's graph traversal expects."""
     return source if isinstance(source, IterDataPipe) else IterableWrapper(source, deepcopy=False)
 
 

@@ -1,5 +1,5 @@
-"""A pipeline's state: assembled from its stages' parts, and handed back to them, by a walker
-that knows no concrete stage (the protocol is :mod:`wdspipes.state.protocol`).
+"""A pipeline's state: assembled from its stages' parts, and handed back to them, by an
+assembler that knows no concrete stage (the protocol is :mod:`wdspipes.state.protocol`).
 
 Every wdspipes stage has ``state_dict()`` and ``load_state_dict()`` (torchdata's ``Stateful``
 protocol, which ``StatefulDataLoader`` calls in each worker), and they save and restore the
@@ -142,7 +142,7 @@ def pipeline_state(sink: Any, epoch: int | None = None) -> dict[str, Any]:
 
 def state_saver(sink: Any) -> Callable[[int | None], dict[str, Any]]:
     """A function that gives :func:`pipeline_state` of ``sink`` in the epoch given it, the
-    graph walked once here (the stages' parts are asked for at each call): for a loader that
+    graph traversed once here (the stages' parts are asked for at each call): for a loader that
     takes the state of every batch.
 
     Raises:

@@ -1,12 +1,12 @@
-"""The graph of stages, walked without pickling it: what a stage reads, the chain of stages
+"""The graph of stages, traversed without pickling it: what a stage reads, the chain of stages
 that a state is saved from, the sharding filter before a stage, and the links stages make as an
 epoch begins.
 
 Each stage names what it reads (:meth:`~wdspipes.state.protocol.Resumable.upstream`; torch's
-stages through their adapters, :mod:`wdspipes.state.torch_stages`). Torch's own walk,
+stages through their adapters, :mod:`wdspipes.state.torch_stages`). Torch's own traversal,
 ``traverse_dps``, pickles every stage to find the same: a stage class defined in a function, an
 open file or a lambda in a stage made it fail, in one process, without any loader. The seeds,
-the split check and the state all walk the graph here instead; pickling is left to the loaders
+the split check and the state all traverse the graph here instead; pickling is left to the loaders
 that send a pipeline to their worker processes.
 
 >>> from torch.utils.data.datapipes.iter import IterableWrapper

@@ -1,7 +1,7 @@
 """The state protocol: how a stage gives its part of a pipeline's state and takes it back.
 
 As a node of torchdata.nodes does, a stage gives its part (:meth:`Resumable.get_state`) and takes
-it back for its next iteration (:meth:`Resumable.set_state`); the walker that assembles the parts
+it back for its next iteration (:meth:`Resumable.set_state`); the assembler of the parts
 (:mod:`wdspipes.state.checkpoint`) knows no concrete stage. Every wdspipes stage inherits the
 protocol and its safe defaults from :class:`Resumable`; torch's own stages follow it through one
 adapter table (:mod:`wdspipes.state.torch_stages`).
@@ -189,15 +189,15 @@ class Resumable:
 
     holds_sources: ClassVar[bool] = False
     """Declares that the stage reads several pipelines, each with its own reader, and that its
-    part holds their whole states (as ``interleave`` and ``interleave_randomly`` do): the walker
+    part holds their whole states (as ``interleave`` and ``interleave_randomly`` do): the assembler
     stops at it, and it and the stages after it resume, as a reader and the stages after it
     do."""
 
     def upstream(self) -> tuple[Any, ...]:
-        """The stages this stage reads, through which the walker reaches their parts: its
+        """The stages this stage reads, through which the assembler reaches their parts: its
         ``source_datapipe`` by default where that is a stage (wdspipes' or torch's), none for
         a source (or one that reads a plain iterable). A stage that reads others names them
-        all (they are the ones torch's graph walk finds in its attributes)."""
+        all (they are the ones torch's graph traversal finds in its attributes)."""
         source = getattr(self, "source_datapipe", None)
         return (source,) if isinstance(source, Resumable) or is_torch_datapipe(source) else ()
 

@@ -5,14 +5,14 @@ state protocol (:mod:`wdspipes.state.protocol`): the only place that reads or se
 - ``map``, ``collate``, ``filter`` (:class:`Passing`): one item out per item in, or items
   dropped: nothing to save;
 - ``sharding_filter`` (:class:`Split`): it splits the shard URLs among readers, and restarts
-  with them (how it splits is the loader's, and the walker checks it);
+  with them (how it splits is the loader's, and the assembler checks it);
 - ``shuffle`` (:class:`Shuffled`): before the reader, the seed of its epoch; after it,
   refused (``buffer_shuffle`` saves where its samples are).
 
-Any other torch stage is refused, naming it. :func:`part_of` gives the walker
+Any other torch stage is refused, naming it. :func:`part_of` gives the assembler
 (:mod:`wdspipes.state.checkpoint`) a stage's part of the protocol: the stage itself for a
 wdspipes stage, its adapter for one of the above. What a torch stage reads is found in its
-attributes, as torch's own graph walk finds it, but without pickling the stage
+attributes, as torch's own graph traversal finds it, but without pickling the stage
 (:func:`datapipes_in`).
 
 >>> from torch.utils.data.datapipes.iter import IterableWrapper
@@ -45,7 +45,7 @@ _DEPTH = 3
 
 def datapipes_in(value: object, depth: int = _DEPTH) -> Iterator[IterDataPipe[Any]]:
     """The DataPipes ``value`` is or holds: the attributes of a stage, in lists, tuples, sets and
-    dicts (their values) down to ``depth`` levels, as torch's graph walk finds them when it
+    dicts (their values) down to ``depth`` levels, as torch's graph traversal finds them when it
     pickles a stage; found here without pickling anything.
 
     >>> from torch.utils.data.datapipes.iter import IterableWrapper
@@ -114,7 +114,7 @@ class Split(TorchStage):
     """``sharding_filter``: keeps every n-th item, as the loader set it up; restarted, it
     splits the same items again. Which items it keeps depends on their position, so it is not
     :attr:`~Passing.one_to_one`: a sample buffer after it (sharding samples, not shard URLs)
-    cannot have its samples made again. How it splits is checked by the walker."""
+    cannot have its samples made again. How it splits is checked by the assembler."""
 
     restartable = True
     pipe: ShardingFilterIterDataPipe
