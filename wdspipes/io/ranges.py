@@ -23,7 +23,6 @@ samples by index without fetching whole shards (``ShardListDataset(..., ranged=T
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import time
@@ -35,7 +34,7 @@ import urllib3
 from wdspipes.errors import ShardError, ShardOpenError, TruncatedShardError
 from wdspipes.io import http
 from wdspipes.io.local import reading_path, url_scheme
-from wdspipes.io.stores import STORE_EXTRAS, fsspec_protocols
+from wdspipes.io.stores import STORE_EXTRAS, fsspec_filesystem, fsspec_protocols
 from wdspipes.redaction import redact
 
 __all__ = ["RangeReader", "has_ranges", "open_ranges"]
@@ -252,11 +251,7 @@ class FsspecRanges:
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None) -> None:
         self.url = url
-        try:
-            fsspec = importlib.import_module("fsspec")
-            self.fs, self.path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-        except Exception as exn:
-            raise ShardOpenError(f"cannot open: {type(exn).__name__}: {exn}", url=url) from exn
+        self.fs, self.path = fsspec_filesystem(url, storage_options)
         self.total: int | None = None
 
     def read_range(self, start: int, size: int) -> bytes:
