@@ -44,6 +44,7 @@ from torch.utils.data import DataLoader
 import wdspipes as wds
 from wdspipes.io import http
 from wdspipes.io.http import HttpStatusError, close_connections, open_ais, open_http
+from wdspipes.io.ranges import open_ranges
 from wdspipes.io.readahead import ReadAhead
 
 Sample = dict[str, Any]
@@ -637,6 +638,15 @@ def test_ais_errors_name_the_ais_url(
     monkeypatch.setenv("AIS_ENDPOINT", "aistore:51080")
     with pytest.raises(wds.ShardOpenError, match="must be an http:// or https:// URL"):
         open_ais("ais://bucket/a.tar")
+
+
+def test_ais_ranges_check_the_endpoint_as_streams_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIS_ENDPOINT", "aistore:51080")
+    with pytest.raises(wds.ShardOpenError, match="must be an http:// or https:// URL"):
+        open_ranges("ais://bucket/a.tar")
+    monkeypatch.delenv("AIS_ENDPOINT")
+    with pytest.raises(wds.ShardOpenError, match="AIS_ENDPOINT is not set: set it to your"):
+        open_ranges("ais://bucket/a.tar")
 
 
 def test_ais_without_endpoint_says_to_set_it(monkeypatch: pytest.MonkeyPatch) -> None:

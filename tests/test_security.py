@@ -452,3 +452,9 @@ def test_a_link_planted_at_the_caches_temporary_name_is_not_followed(tmp_path: P
     assert keys(list(wds.WebDataset(url, cache_dir=cache))) == ["a"]
     assert victim.read_bytes() == b"precious"
     assert (cache / entry_name(url)).read_bytes() == Path(good).read_bytes()
+
+
+def test_error_messages_escape_control_characters_of_urls() -> None:
+    error = wds.ShardError("bad", url="a\x1b[2J\rb.tar")
+    assert str(error) == "a\\x1b[2J\\rb.tar: bad"
+    assert error.url == "a\x1b[2J\rb.tar"  # the URL itself, to open it again

@@ -29,6 +29,7 @@ from shardgen import kill_when_ready, make_tar, write_shards
 
 import wdspipes as wds
 from wdspipes.io import open_url
+from wdspipes.io.ranges import open_ranges
 from wdspipes.io.readahead import ReadAhead
 from wdspipes.io.stores import FIRST_BLOCK_SIZE, fsspec_protocols
 
@@ -239,6 +240,10 @@ def test_missing_implementation_names_the_package(
     url = f"{scheme}://bucket/train-000.tar"
     with pytest.raises(wds.ShardOpenError, match=re.escape(advice)) as caught:
         open_url(url)
+    assert caught.value.url == url
+    assert isinstance(caught.value.__cause__, ImportError)
+    with pytest.raises(wds.ShardOpenError, match=re.escape(advice)) as caught:
+        open_ranges(url)  # reading by ranges says the same
     assert caught.value.url == url
     assert isinstance(caught.value.__cause__, ImportError)
 

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any, TypeVar
 
-from wdspipes.redaction import redact
+from wdspipes.redaction import printable, redact
 
 __all__ = [
     "CollationError",
@@ -113,7 +113,7 @@ class WdsError(Exception):
         self.key = key
         self.field = field
         self.offset = offset
-        where = [url] if url is not None else []
+        where = [printable(url)] if url is not None else []  # a URL from the data: no controls
         if member is not None:
             where.append(f"member {member!r}")
         if key is not None:

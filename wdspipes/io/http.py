@@ -86,7 +86,10 @@ __all__ = [
     "HttpStatusError",
     "HttpStream",
     "ais_to_http",
+    "ais_url",
     "close_connections",
+    "describe_failure",
+    "discard",
     "open_ais",
     "open_http",
     "pool_manager",
@@ -121,7 +124,7 @@ def _wait(seconds: float, stop: threading.Event) -> None:
 
 
 _sleep = _wait  # tests replace it to see the waits
-_URLLIB3_RETRY = urllib3.Retry(
+REDIRECTS_ONLY = urllib3.Retry(
     total=None,
     connect=0,
     read=0,
@@ -131,8 +134,11 @@ _URLLIB3_RETRY = urllib3.Retry(
     raise_on_redirect=True,
     raise_on_status=False,
     respect_retry_after_header=False,
-)  # urllib3 follows redirects only; every other retry is ours, resuming where the body broke
-_CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)", re.IGNORECASE)
+)
+"""urllib3's retries of every request here: it follows redirects only; every other retry is
+ours, resuming where the body broke (:mod:`wdspipes.io.ranges` retries its ranges alike)."""
+CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)", re.IGNORECASE)
+"""A ``Content-Range`` header: the first and last byte given, and the object's length."""
 _TIMEOUTS = (urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ConnectTimeoutError)
 _READ_ERRORS = (HTTPError, OSError, http.client.HTTPException)
 
@@ -228,7 +234,7 @@ class HttpStream(ClosingStream):
         self._buffer, self._pos, self._limit = b"", 0, 0
         self._at_end = False
         if response is not None:
-            _discard(response)
+            discard(response)
 
     def abort(self) -> None:
         """Stop the stream from another thread: a receive, a request or a wait before a retry
@@ -320,7 +326,7 @@ class HttpStream(ClosingStream):
     def _resume(self, cause: BaseException) -> None:
         """The body broke off: drop the connection, request the rest."""
         if self._response is not None:
-            _discard(self._response)
+            discard(self._response)
             self._response = None
         self._connect(cause)
 
@@ -354,13 +360,13 @@ class HttpStream(ClosingStream):
             self._failures = 0
         self._failures += 1
         if self._failures > self._retries:
-            problem = f"{_describe(cause)}; gave up after {self._failures} attempts"
+            problem = f"{describe_failure(cause)}; gave up after {self._failures} attempts"
             raise self._error(problem, offset=self._received) from cause
         delay = self._backoff * 2 ** (self._failures - 1)
         log.warning(
             "%s: %s at byte %d; retry %d of %d in %.1f s",
             self.shown,
-            redact(_describe(cause)),
+            redact(describe_failure(cause)),
             self._received,
             self._failures,
             self._retries,
@@ -393,7 +399,7 @@ class HttpStream(ClosingStream):
                 headers=headers,
                 preload_content=False,
                 decode_content=False,
-                retries=_URLLIB3_RETRY,
+                retries=REDIRECTS_ONLY,
                 timeout=self._timeout,
             )
         except MaxRetryError as exn:
@@ -401,7 +407,8 @@ class HttpStream(ClosingStream):
             if isinstance(reason, ResponseError):
                 raise self._error(f"more than {MAX_REDIRECTS} redirects") from exn
             if isinstance(reason, SSLError) and _certificate_failure(reason):
-                raise self._error(f"TLS certificate rejected: {_describe(reason)}") from reason
+                problem = f"TLS certificate rejected: {describe_failure(reason)}"
+                raise self._error(problem) from reason
             raise _RetryableError(reason) from exn
         except LocationValueError as exn:
             raise self._error(f"invalid URL: {exn}") from exn
@@ -414,7 +421,7 @@ class HttpStream(ClosingStream):
         try:
             self._accept(response, offset)
         except BaseException:
-            _discard(response)
+            discard(response)
             raise
         _quick_acks(response)
         return response
@@ -437,7 +444,7 @@ class HttpStream(ClosingStream):
             raise self._error(str(failure), offset=offset or None) from failure
         start, total = 0, _content_length(response)
         if status == 206:
-            match = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", "").strip())
+            match = CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", "").strip())
             if match is None:
                 raise self._error("206 answer without a valid Content-Range", offset=offset)
             start = int(match.group(1))
@@ -493,7 +500,7 @@ def _quick_acks(response: urllib3.BaseHTTPResponse) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
 
 
-def _discard(response: urllib3.BaseHTTPResponse) -> None:
+def discard(response: urllib3.BaseHTTPResponse) -> None:
     """Close a response and give its connection slot back; unread bytes are not read."""
     response.close()
     response.release_conn()
@@ -518,7 +525,7 @@ def _certificate_failure(exn: BaseException) -> bool:
     return any(isinstance(error, ssl.CertificateError) for error in _causes(exn))
 
 
-def _describe(exn: BaseException) -> str:
+def describe_failure(exn: BaseException) -> str:
     """A short account of a failure: its innermost cause, without urllib3's wrapping."""
     causes = _causes(exn)
     root = causes[-1]
@@ -671,6 +678,17 @@ def open_ais(
         ShardOpenError: ``AIS_ENDPOINT`` is unset or not an HTTP(S) URL, the URL names no
             bucket or object, or as :func:`open_http`.
     """
+    return _open(ais_url(url), url, retries, backoff, timeout)
+
+
+def ais_url(url: str) -> str:
+    """The HTTP URL of the object ``ais://BUCKET/OBJECT`` at the AIStore endpoint in
+    ``AIS_ENDPOINT``, read now (see :func:`ais_to_http`).
+
+    Raises:
+        ShardOpenError: ``AIS_ENDPOINT`` is unset or not an HTTP(S) URL, or the URL names no
+            bucket or object.
+    """
     endpoint = os.environ.get("AIS_ENDPOINT", "").strip()
     if not endpoint:
         raise ShardOpenError(
@@ -682,7 +700,7 @@ def open_ais(
         raise ShardOpenError(
             f"AIS_ENDPOINT must be an http:// or https:// URL, got {endpoint!r}", url=url
         )
-    return _open(ais_to_http(url, endpoint), url, retries, backoff, timeout)
+    return ais_to_http(url, endpoint)
 
 
 def ais_to_http(url: str, endpoint: str) -> str:

@@ -23,10 +23,8 @@ samples by index without fetching whole shards (``ShardListDataset(..., ranged=T
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
-import re
 import time
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -36,25 +34,12 @@ import urllib3
 from wdspipes.errors import ShardError, ShardOpenError, TruncatedShardError
 from wdspipes.io import http
 from wdspipes.io.local import reading_path, url_scheme
-from wdspipes.io.stores import STORE_EXTRAS, fsspec_protocols
+from wdspipes.io.stores import STORE_EXTRAS, fsspec_filesystem, fsspec_protocols
 from wdspipes.redaction import redact
 
 __all__ = ["RangeReader", "has_ranges", "open_ranges"]
 
 log = logging.getLogger(__name__)
-
-_CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)", re.IGNORECASE)
-_REDIRECTS_ONLY = urllib3.Retry(
-    total=None,
-    connect=0,
-    read=0,
-    status=0,
-    other=0,
-    redirect=http.MAX_REDIRECTS,
-    raise_on_redirect=True,
-    raise_on_status=False,
-    respect_retry_after_header=False,
-)  # urllib3 follows redirects; every other retry is ours
 
 
 class RangeReader(Protocol):
@@ -108,10 +93,7 @@ def open_ranges(url: str, storage_options: Mapping[str, Any] | None = None) -> R
     if scheme in ("http", "https"):
         return HttpRanges(url, redact(url))
     if scheme == "ais":
-        endpoint = os.environ.get("AIS_ENDPOINT", "").strip()
-        if not endpoint:
-            raise ShardOpenError("AIS_ENDPOINT is not set", url=url)
-        return HttpRanges(http.ais_to_http(url, endpoint), redact(url))
+        return HttpRanges(http.ais_url(url), redact(url))
     if has_ranges(url):
         return FsspecRanges(url, storage_options)
     raise ShardOpenError(
@@ -206,15 +188,17 @@ class HttpRanges:
                 headers=headers,
                 preload_content=False,
                 decode_content=False,
-                retries=_REDIRECTS_ONLY,
+                retries=http.REDIRECTS_ONLY,
                 timeout=timeout,
             )
         except urllib3.exceptions.HTTPError as exn:
-            raise _RetryError(_describe(exn)) from exn
+            raise _RetryError(http.describe_failure(exn)) from exn
         try:
             data = self._body(response, start, size)
-        finally:
-            response.release_conn()
+        except BaseException:
+            http.discard(response)  # its unread body must not reach the next request
+            raise
+        response.release_conn()
         if len(data) < size and (self.total is None or start + len(data) < self.total):
             raise _RetryError(f"the answer ended after {len(data)} of {size} bytes")
         return data
@@ -236,7 +220,7 @@ class HttpRanges:
         if status != 206:
             failure = http.HttpStatusError(status, response.reason)
             raise ShardOpenError(str(failure), url=self.shown, offset=start) from failure
-        match = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", "").strip())
+        match = http.CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", "").strip())
         if match is None or int(match.group(1)) != start:
             raise ShardError(
                 "a 206 answer for other bytes than asked", url=self.shown, offset=start
@@ -246,7 +230,7 @@ class HttpRanges:
         try:
             return bytes(response.read(size, decode_content=False))
         except (urllib3.exceptions.HTTPError, OSError) as exn:
-            raise _RetryError(_describe(exn)) from exn
+            raise _RetryError(http.describe_failure(exn)) from exn
 
     def _check_total(self, total: int, start: int) -> None:
         if self.total is not None and total != self.total:
@@ -258,11 +242,6 @@ class HttpRanges:
         self.total = total
 
 
-def _describe(exn: BaseException) -> str:
-    reason = getattr(exn, "reason", None)
-    return f"{type(reason or exn).__name__}: {reason or exn}"
-
-
 class _RetryError(Exception):
     """A ranged request failed in a way that a retry may cure."""
 
@@ -272,11 +251,7 @@ class FsspecRanges:
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None) -> None:
         self.url = url
-        try:
-            fsspec = importlib.import_module("fsspec")
-            self.fs, self.path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-        except Exception as exn:
-            raise ShardOpenError(f"cannot open: {type(exn).__name__}: {exn}", url=url) from exn
+        self.fs, self.path = fsspec_filesystem(url, storage_options)
         self.total: int | None = None
 
     def read_range(self, start: int, size: int) -> bytes:

@@ -33,6 +33,7 @@ __all__ = [
     "STORE_EXTRAS",
     "FsspecRange",
     "FsspecStream",
+    "fsspec_filesystem",
     "fsspec_protocols",
     "open_fsspec",
 ]
@@ -99,14 +100,7 @@ def open_fsspec(url: str, storage_options: Mapping[str, Any] | None = None) -> F
     >>> stream.close()
     >>> fsspec.filesystem("memory").rm("doc", recursive=True)
     """
-    fsspec = _import_fsspec(url)
-    try:
-        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    except ImportError as exn:
-        raise ShardOpenError(_install_advice(url, str(exn)), url=url) from exn
-    except Exception as exn:
-        raise ShardOpenError(f"cannot open: {_describe(exn)}", url=url) from exn
-    _FILESYSTEMS.setdefault(id(fs), fs)
+    fs, path = fsspec_filesystem(url, storage_options)
     try:
         file = fs.open(path, "rb", block_size=MAX_BLOCK_SIZE, cache_type="none")
     except FileNotFoundError as exn:
@@ -122,6 +116,27 @@ def open_fsspec(url: str, storage_options: Mapping[str, Any] | None = None) -> F
         file.close()
         raise ShardOpenError("is a directory (a key prefix), not a shard", url=url)
     return FsspecStream(file, url)
+
+
+def fsspec_filesystem(
+    url: str, storage_options: Mapping[str, Any] | None = None
+) -> tuple[Any, str]:
+    """The fsspec filesystem of ``url`` (from fsspec's instance cache, kept for this process)
+    and the object's path in it.
+
+    Raises:
+        ShardOpenError: fsspec or the URL's implementation is not installed (naming the package
+            to install), or the filesystem cannot be made (bad options, say).
+    """
+    fsspec = _import_fsspec(url)
+    try:
+        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    except ImportError as exn:
+        raise ShardOpenError(_install_advice(url, str(exn)), url=url) from exn
+    except Exception as exn:
+        raise ShardOpenError(f"cannot open: {_describe(exn)}", url=url) from exn
+    _FILESYSTEMS.setdefault(id(fs), fs)
+    return fs, path
 
 
 class FsspecStream(ClosingStream):

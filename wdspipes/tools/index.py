@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,7 +83,6 @@ def index_shards(
     md5: bool = True,
     sidecars: bool = True,
     ignore_zeros: bool = False,
-    progress: Callable[[int], None] = lambda size: None,
 ) -> IndexReport:
     """Read each shard once, count its samples (as the readers group them) and write the
     index at ``output``, with a sidecar of offsets beside each local shard.
@@ -99,7 +98,6 @@ def index_shards(
         md5: write each shard's MD5 sum, as ``widsindex create`` does.
         sidecars: write the offsets' sidecar beside each local shard.
         ignore_zeros: read on past zero blocks (archives joined with ``cat``).
-        progress: told the size of each shard read.
 
     Raises:
         WdsError: a shard cannot be read, or is damaged (the index would be wrong); the
@@ -123,7 +121,6 @@ def index_shards(
         report.shards += 1
         report.samples += offsets.samples
         report.bytes += size
-        progress(size)
     if name is None:
         name = os.path.splitext(os.path.basename(output))[0] if output != "-" else None
     fields = {key: value for key, value in (("name", name), ("base", base), ("info", info))}
