@@ -193,7 +193,8 @@ class DataLoader2Epochs:
     epoch (the workers' start-up is in the first one only)."""
 
     def __init__(self, urls: list[str], file_bytes: int, **options: Any) -> None:
-        from torchdata.dataloader2 import DataLoader2, MultiProcessingReadingService
+        with quiet():  # torchdata's deprecation notice
+            from torchdata.dataloader2 import DataLoader2, MultiProcessingReadingService
 
         import wdspipes
 
