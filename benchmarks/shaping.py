@@ -147,7 +147,10 @@ class RangeFileHandler(BaseHTTPRequestHandler):
         self.answer(body=True)
 
     def answer(self, body: bool) -> None:
-        path = self.root / unquote(self.path.split("?", 1)[0]).lstrip("/")
+        path = (self.root / unquote(self.path.split("?", 1)[0]).lstrip("/")).resolve()
+        if not path.is_relative_to(self.root):  # no ../ out of the served directory
+            self.send_error(404)
+            return
         try:
             file = open(path, "rb")  # noqa: SIM115 (closed below)
         except OSError:
@@ -187,7 +190,7 @@ class _Server(ThreadingHTTPServer):
 
 
 def serve_directory(directory: Path) -> ThreadingHTTPServer:
-    RangeFileHandler.root = directory
+    RangeFileHandler.root = directory.resolve()
     server = _Server(("127.0.0.1", 0), RangeFileHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
