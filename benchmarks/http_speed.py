@@ -78,7 +78,10 @@ class SendfileHandler(BaseHTTPRequestHandler):
     root = Path(".")
 
     def do_GET(self) -> None:
-        path = self.root / unquote(self.path.split("?", 1)[0]).lstrip("/")
+        path = (self.root / unquote(self.path.split("?", 1)[0]).lstrip("/")).resolve()
+        if not path.is_relative_to(self.root):  # no ../ out of the served directory
+            self.send_error(404)
+            return
         try:
             file = open(path, "rb")  # noqa: SIM115 (closed below, after the headers are sent)
         except OSError:
@@ -99,7 +102,7 @@ class SendfileHandler(BaseHTTPRequestHandler):
 
 
 def serve(directory: Path) -> None:
-    SendfileHandler.root = directory
+    SendfileHandler.root = directory.resolve()
     with ThreadingHTTPServer(("127.0.0.1", 0), SendfileHandler) as server:
         server.daemon_threads = True
         print(server.server_address[1], flush=True)

@@ -57,6 +57,7 @@ from common import (
     quiet,
     verdict,
 )
+from read_speed import current_rss
 
 import wdspipes as wds
 from wdspipes.read.offsets import SIDECAR_SUFFIX, ShardOffsets, sidecar_path, write_sidecar
@@ -280,11 +281,6 @@ def against_raw(index: Path, repeat: int, markdown: bool) -> float:
 # --- 3. memory ----------------------------------------------------------------------------
 
 
-def resident() -> int:
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def offsets_memory(directory: Path, shards: int, per_shard: int, markdown: bool) -> int:
     """Resident memory grown by loading the offsets of ``shards * per_shard`` samples."""
     from array import array
@@ -306,9 +302,9 @@ def offsets_memory(directory: Path, shards: int, per_shard: int, markdown: bool)
             )
         entries.append({"url": str(path), "nsamples": per_shard})
     dataset = wds.ShardListDataset(entries)
-    before = resident()
+    before = current_rss()
     kept = [dataset.shards.offsets(number) for number in range(shards)]
-    grown = resident() - before
+    grown = current_rss() - before
     own = sum(offsets.nbytes() for offsets in kept)
     samples = shards * per_shard
     rows = [

@@ -95,13 +95,20 @@ def datasets(data: Path) -> dict[str, list[str]]:
     return {"small": small, "big": big, "jpeg": pictures["JPEG"], "png": pictures["PNG"]}
 
 
-def rate(make: Callable[[], Iterable[object]], samples: int, repeat: int) -> float:
+def rate(
+    make: Callable[[], Iterable[object]], samples: int, repeat: int, per_item: int = 1
+) -> float:
+    """Samples a second, the best of ``repeat`` passes over ``make()``, each of which must give
+    ``samples`` samples (``per_item`` to an item: batches), or the tree under test lost some."""
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
+        items = 0
         for _ in make():
-            pass
+            items += 1
         best = min(best, time.perf_counter() - start)
+        if items * per_item != samples:
+            raise RuntimeError(f"read {items * per_item} samples, not {samples}")
     return samples / best
 
 
@@ -119,6 +126,7 @@ def main() -> None:
             lambda: wds.WebDataset(urls["small"]).decode().to_tuple("cls", "txt.gz").batched(64),
             40_000,
             n,
+            per_item=64,
         ),
         "jpeg": rate(lambda: wds.WebDataset(urls["jpeg"]).decode("rgb8"), 2_000, n),
         "png": rate(lambda: wds.WebDataset(urls["png"]).decode("rgb8"), 2_000, n),

@@ -56,7 +56,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common import format_table, import_libraries, print_header, print_section, quiet, verdict
+from common import (
+    apply_size_defaults,
+    format_table,
+    import_libraries,
+    print_header,
+    print_section,
+    quiet,
+    verdict,
+)
 from read_speed import MB, big_dataset, current_rss, ensure_shards, peak_rss, reset_peak_rss
 from shaping import Running, Shaping
 
@@ -185,7 +193,8 @@ class DataLoader2Epochs:
     epoch (the workers' start-up is in the first one only)."""
 
     def __init__(self, urls: list[str], file_bytes: int, **options: Any) -> None:
-        from torchdata.dataloader2 import DataLoader2, MultiProcessingReadingService
+        with quiet():  # torchdata's deprecation notice
+            from torchdata.dataloader2 import DataLoader2, MultiProcessingReadingService
 
         import wdspipes
 
@@ -383,9 +392,7 @@ def memory_probe(urls: list[str], options: dict[str, Any]) -> dict[str, Any]:
     import wdspipes
 
     if "bounds" in options:
-        connections, max_mib = options.pop("bounds")
-        args = argparse.Namespace(connections=connections, max_mib=max_mib)
-        options.update(readahead_options(args))
+        options.update(readahead_options(*options.pop("bounds")))
     opener = wdspipes.ShardList(urls).open_shards(**options)
     pipe = opener.load_tar().group_samples()
     before = current_rss()
@@ -475,15 +482,16 @@ def raw(paths: list[str], directory: Path, args: argparse.Namespace) -> None:
     print(table(rows, None, args.rate, args.markdown))
 
 
-def readahead_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``readahead=`` of the wdspipes rows: the defaults, or the bounds asked for."""
+def readahead_options(connections: int | None, max_mib: int | None) -> dict[str, Any]:
+    """The ``readahead=`` of the wdspipes rows: the defaults, or the bounds asked for
+    (``--connections``, ``--max-mib``)."""
     from wdspipes.io.readahead import ReadAhead
 
-    if args.connections is None and args.max_mib is None:
+    if connections is None and max_mib is None:
         return {}
     default = ReadAhead()
-    connections = default.connections if args.connections is None else args.connections
-    max_bytes = default.max_bytes if args.max_mib is None else args.max_mib << 20
+    connections = default.connections if connections is None else connections
+    max_bytes = default.max_bytes if max_mib is None else max_mib << 20
     return {"readahead": ReadAhead(max_bytes=max_bytes, connections=connections)}
 
 
@@ -545,10 +553,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--memory-probe", help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args(argv)
     args.urls = rest
-    if args.shards is None:
-        args.shards = 4 if args.quick else 24
-    if args.repeat is None:
-        args.repeat = 1 if args.quick else 3
+    apply_size_defaults(parser, args, {"shards": (24, 4), "repeat": (3, 1)})
     return args
 
 
@@ -565,7 +570,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     s3torch_problem = s3torchconnector_available()
     if s3torch_problem is None:
         versions.update(import_libraries(["s3torchconnector"]))
-    bounds = readahead_options(args).get("readahead", "the defaults")
+    bounds = readahead_options(args.connections, args.max_mib).get("readahead", "the defaults")
     timing = (
         f"best of {args.repeat} epochs per reader (interleaved); read-ahead: {bounds}; "
         "shaping proxy: "
@@ -587,7 +592,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"\n{len(paths)} shards x {per_shard} samples of 100 KB: {file_bytes / MB:,.1f} MB")
     rate = args.rate * 1e6
     moto = None if args.no_s3 else start_moto(directory, paths)
-    readahead = readahead_options(args)
+    readahead = readahead_options(args.connections, args.max_mib)
     http: dict[float, dict[str, Row]] = {}
     s3: dict[float, dict[str, Row]] = {}
     try:

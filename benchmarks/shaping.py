@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -48,18 +48,23 @@ class _Connection:
                 sock.shutdown(socket.SHUT_RDWR)
 
 
-def _pipe() -> tuple[int, int]:
+@contextlib.contextmanager
+def _spliced(connection: _Connection) -> Iterator[tuple[int, int]]:
+    """A pipe to move one direction of ``connection`` through; when the direction ends (or
+    fails: either side gone), the pipe is closed and the connection shut down both ways."""
     read, write = os.pipe()
     with contextlib.suppress(OSError):
         import fcntl
 
         fcntl.fcntl(write, 1031, PIPE_SIZE)  # F_SETPIPE_SZ
-    return read, write
-
-
-def _close_pipe(pipe: tuple[int, int]) -> None:
-    for fd in pipe:
-        os.close(fd)
+    try:
+        yield read, write
+    except OSError:
+        pass
+    finally:
+        os.close(read)
+        os.close(write)
+        connection.close()
 
 
 @dataclass
@@ -91,26 +96,19 @@ class ShapingProxy:
     def _requests(self, connection: _Connection) -> None:
         """Client to server, unshaped; notes when each request arrives (before the server
         gets it, so that no answer can leave before its latency)."""
-        pipe = _pipe()
-        try:
+        with _spliced(connection) as pipe:
             client, upstream = connection.client.fileno(), connection.upstream.fileno()
             while moved := os.splice(client, pipe[1], SLICE):
                 if connection.requested_at is None:
                     connection.requested_at = time.monotonic()
                 while moved:
                     moved -= os.splice(pipe[0], upstream, moved)
-        except OSError:
-            pass
-        finally:
-            _close_pipe(pipe)
-            connection.close()
 
     def _responses(self, connection: _Connection) -> None:
         """Server to client: the first byte of a response after the latency, then paced."""
         latency, rate = self.shaping.latency, self.shaping.rate
-        pipe = _pipe()
         began = sent = 0.0
-        try:
+        with _spliced(connection) as pipe:
             client, upstream = connection.client.fileno(), connection.upstream.fileno()
             while True:
                 moved = os.splice(upstream, pipe[1], SLICE)
@@ -130,11 +128,6 @@ class ShapingProxy:
                 sent += moved
                 while moved:
                     moved -= os.splice(pipe[0], client, moved)
-        except OSError:
-            pass
-        finally:
-            _close_pipe(pipe)
-            connection.close()
 
 
 # --- the origin: a static HTTP server ---------------------------------------------------------
@@ -154,7 +147,10 @@ class RangeFileHandler(BaseHTTPRequestHandler):
         self.answer(body=True)
 
     def answer(self, body: bool) -> None:
-        path = self.root / unquote(self.path.split("?", 1)[0]).lstrip("/")
+        path = (self.root / unquote(self.path.split("?", 1)[0]).lstrip("/")).resolve()
+        if not path.is_relative_to(self.root):  # no ../ out of the served directory
+            self.send_error(404)
+            return
         try:
             file = open(path, "rb")  # noqa: SIM115 (closed below)
         except OSError:
@@ -194,7 +190,7 @@ class _Server(ThreadingHTTPServer):
 
 
 def serve_directory(directory: Path) -> ThreadingHTTPServer:
-    RangeFileHandler.root = directory
+    RangeFileHandler.root = directory.resolve()
     server = _Server(("127.0.0.1", 0), RangeFileHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
