@@ -28,12 +28,16 @@ def quiet() -> Iterator[None]:
 
 
 def import_libraries(names: Sequence[str]) -> dict[str, str]:
-    """Import the libraries before anything is timed; their versions by name."""
+    """Import the libraries before anything is timed; their versions by name. ``import
+    wdspipes`` loads its names (and torch) on their first use, so wdspipes' are loaded here too:
+    else the first reader timed pays 2 s or more for them."""
     versions = {}
     with quiet():
         for name in names:
             module = importlib.import_module(name)
             versions[name] = str(getattr(module, "__version__", "?"))
+            if name == "wdspipes":
+                importlib.import_module("wdspipes.api")
     return versions
 
 
