@@ -932,3 +932,17 @@ def test_ranged_reads_fetch_one_range_a_sample(range_server: RangeServer, tmp_pa
         "index.json",
         "s-0.tar.wdsidx",
     ]
+
+
+def test_ranged_reads_go_on_without_sidecars_where_the_cache_cannot_be_made(
+    range_server: RangeServer, tmp_path: Path
+) -> None:
+    """As for local shards, a cache directory that cannot be made keeps no sidecar: it does
+    not fail the read."""
+    index_url, shards = remote_dataset(range_server, [3])
+    expected = streamed(shards)
+    blocker = tmp_path / "a-file"
+    blocker.write_bytes(b"")
+    ds = wds.ShardListDataset(index_url, ranged=True, cache_dir=blocker / "cache")
+    assert [ds[i]["bin"] for i in (2, 0)] == [expected[i]["bin"] for i in (2, 0)]
+    assert not (blocker / "cache").exists()

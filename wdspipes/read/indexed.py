@@ -33,6 +33,7 @@ sidecars again); forked workers share them, which ``pread`` allows.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import operator
 import os
@@ -242,25 +243,24 @@ class IndexedShards:
         return self._checked(entry, offsets, file)
 
     def _local_offsets(
-        self, entry: ShardEntry, path: str, fd: int, size: int, mtime_ns: int
+        self, entry: ShardEntry, path: str | None, fd: int, size: int, mtime_ns: int | None
     ) -> ShardOffsets:
-        """From a valid sidecar, else by a walk over the shard (then saved in a sidecar)."""
+        """The offsets of the local file ``fd``: the shard at ``path``, or the cache's copy
+        (``path`` None, ``mtime_ns`` None: not checked). From a valid sidecar, else by a walk
+        over the file (then saved in a sidecar)."""
         places = self._sidecar_places(entry.url, path)
-        for place in places:
-            offsets = read_sidecar(place, size, mtime_ns, entry.samples)
-            if offsets is not None:
-                return offsets
-        with os.fdopen(os.dup(fd), "rb") as stream:
-            offsets = scan_offsets(
-                stream, entry.url, size=size, mtime_ns=mtime_ns, ignore_zeros=self.ignore_zeros
-            )
-        for place in places:
-            if write_sidecar(place, offsets):
-                break
+        offsets = _from_sidecars(places, size, mtime_ns, entry.samples)
+        if offsets is None:
+            with os.fdopen(os.dup(fd), "rb") as stream:
+                offsets = scan_offsets(
+                    stream, entry.url, size=size, mtime_ns=mtime_ns, ignore_zeros=self.ignore_zeros
+                )
+            _to_sidecars(places, offsets)
         return offsets
 
     def _sidecar_places(self, url: str, path: str | None) -> list[str]:
-        """Where a shard's sidecar may be, in order: beside a local shard, in the cache."""
+        """Where a shard's sidecar may be, in order: beside a local shard (at ``path``), in
+        the cache (if it can be made)."""
         if not self.sidecars:
             return []
         places = [] if path is None else [sidecar_path(path)]
@@ -308,7 +308,7 @@ class IndexedShards:
         if offsets is None or offsets.size != size:
             offsets = fetched if fetched is not None and fetched.size == size else None
             if offsets is None:
-                offsets = self._entry_offsets(entry, cache, fd, size)
+                offsets = self._local_offsets(entry, None, fd, size, None)
             self._offsets[number] = offsets
         return self._checked(entry, offsets, file)
 
@@ -331,22 +331,7 @@ class IndexedShards:
             stream.discard()  # a shard found bad is not cached
         stream.close()
         offsets = _sized(offsets, counted.count)
-        if offsets.damage is None and self.sidecars:
-            write_sidecar(sidecar_of(cache.path(entry.url)), offsets)
-        return offsets
-
-    def _entry_offsets(
-        self, entry: ShardEntry, cache: ShardCache, fd: int, size: int
-    ) -> ShardOffsets:
-        place = sidecar_of(cache.path(entry.url))
-        if self.sidecars:
-            offsets = read_sidecar(place, size, None, entry.samples)
-            if offsets is not None:
-                return offsets
-        with os.fdopen(os.dup(fd), "rb") as stream:
-            offsets = scan_offsets(stream, entry.url, size=size, ignore_zeros=self.ignore_zeros)
-        if self.sidecars:
-            write_sidecar(place, offsets)
+        _to_sidecars(self._sidecar_places(entry.url, None), offsets)
         return offsets
 
     def _damaged_remote(self, entry: ShardEntry, offsets: ShardOffsets) -> ShardReader:
@@ -373,12 +358,10 @@ class IndexedShards:
         """From a sidecar in the cache or beside the remote shard, else by streaming the
         shard once through a walk (no copy kept)."""
         size = _remote_size(entry, reader)
-        cached = None
-        if self.sidecars and self.cache is not None:
-            cached = sidecar_of(self.cache.path(entry.url))
-            offsets = read_sidecar(cached, size, None, entry.samples)
-            if offsets is not None:
-                return offsets
+        places = self._sidecar_places(entry.url, None)
+        offsets = _from_sidecars(places, size, None, entry.samples)
+        if offsets is not None:
+            return offsets
         offsets = self._remote_sidecar(entry, size) if self.sidecars else None
         if offsets is None:
             stream = self._open_url(entry.url)
@@ -388,9 +371,7 @@ class IndexedShards:
             finally:
                 close_quietly(stream)
             offsets = _sized(offsets, counted.count)
-        if cached is not None:
-            os.makedirs(os.path.dirname(cached), exist_ok=True)
-            write_sidecar(cached, offsets)
+        _to_sidecars(places, offsets)
         return offsets
 
     def _remote_sidecar(self, entry: ShardEntry, size: int) -> ShardOffsets | None:
@@ -463,7 +444,25 @@ class _Counted:
 
 
 def _sized(offsets: ShardOffsets, size: int) -> ShardOffsets:
-    return ShardOffsets(offsets.starts, size, offsets.mtime_ns, offsets.globals, offsets.damage)
+    return dataclasses.replace(offsets, size=size)
+
+
+def _from_sidecars(
+    places: list[str], size: int, mtime_ns: int | None, samples: int
+) -> ShardOffsets | None:
+    """The offsets in the first valid sidecar of ``places``, if there is one."""
+    for place in places:
+        offsets = read_sidecar(place, size, mtime_ns, samples)
+        if offsets is not None:
+            return offsets
+    return None
+
+
+def _to_sidecars(places: list[str], offsets: ShardOffsets) -> None:
+    """Write ``offsets`` to the first of ``places`` where it can be written."""
+    for place in places:
+        if write_sidecar(place, offsets):
+            return
 
 
 def _remote_size(entry: ShardEntry, reader: RangeReader) -> int:

@@ -178,11 +178,15 @@ def iter_tar(
             extension header more than :data:`MAX_EXTENSION_SIZE`.
         ShardError: reading the stream failed.
     """
-    options = {"ignore_zeros": ignore_zeros, "strict_end": strict_end}
-    walk = TarWalk(
-        stream, url, unmarked_end=unmarked_end, max_member_size=max_member_size, **options
+    members = iter_tar_tuples(
+        stream,
+        url,
+        ignore_zeros=ignore_zeros,
+        strict_end=strict_end,
+        unmarked_end=unmarked_end,
+        max_member_size=max_member_size,
     )
-    for member in walk.members():
+    for member in members:
         yield TarMember._make(member)
 
 
@@ -196,9 +200,13 @@ def iter_tar_tuples(
     max_member_size: int = MAX_MEMBER_SIZE,
 ) -> Iterator[Member]:
     """:func:`iter_tar` yielding plain ``(name, data, offset, url)`` tuples: the fast path."""
-    options = {"ignore_zeros": ignore_zeros, "strict_end": strict_end}
     walk = TarWalk(
-        stream, url, unmarked_end=unmarked_end, max_member_size=max_member_size, **options
+        stream,
+        url,
+        ignore_zeros=ignore_zeros,
+        strict_end=strict_end,
+        unmarked_end=unmarked_end,
+        max_member_size=max_member_size,
     )
     return walk.members()
 
