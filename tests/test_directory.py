@@ -132,6 +132,19 @@ def test_claims_of_processes_that_are_gone_are_put_back(tmp_path: Path, library:
 # --- where wdspipes differs on purpose -----------------------------------------------------
 
 
+@pytest.mark.parametrize("pid", ["0", "99999999999", "9" * 200])
+def test_a_claim_no_process_can_have_made_is_put_back(tmp_path: Path, pid: str) -> None:
+    """Claim names are written by other processes. webdataset takes ``._0_`` for a live claim
+    (``kill(0, 0)`` signals the process group) and stops every reader with an OverflowError on
+    an id past the system's range."""
+    path = queue(tmp_path / "q", 1)
+    shards = wds.DirectoryShardList(path, pattern="*.tar", poll=None)
+    claimed = wds.shard_url(next(iter(shards)))
+    os.rename(claimed, f"{claimed}._{pid}_")
+    shards.cleanup_files_without_processes()
+    assert left(path, "*") == [f"file0.tar._{PID}_"]
+
+
 def test_a_shard_removed_while_claimed_is_left_gone(tmp_path: Path) -> None:
     """webdataset fails with a FileNotFoundError as it recycles a shard removed meanwhile."""
     path = queue(tmp_path / "q", 2)
