@@ -936,3 +936,8 @@ def test_npz_members_over_max_size_are_a_decode_error() -> None:
     assert set(decode_samples([sample], max_size=held)[0]["npz"]) == {"a", "b"}
     with pytest.raises(wds.DecodeError, match=f"members hold {held} bytes, over the limit"):
         decode_samples([sample], max_size=held - 1)
+
+
+def test_only_given_as_a_generator_decodes_every_epoch() -> None:
+    pipe = IterableWrapper([{"__key__": "0", "cls": b"3"}]).decode(only=(f for f in ["cls"]))
+    assert list(pipe) == list(pipe) == [{"__key__": "0", "cls": 3}]

@@ -126,7 +126,7 @@ def fix_dataloader2() -> bool:
     consumer = queues._IterateQueueDataPipes
     if getattr(consumer, _FIXED, False):
         return True
-    version = getattr(sys.modules.get("torchdata"), "__version__", "")
+    version = torchdata_version()
     if not version.startswith(("0.8.", "0.9.")):
         log.debug("torchdata %s: DataLoader2 left as it is", version)
         return False

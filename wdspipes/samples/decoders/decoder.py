@@ -335,7 +335,7 @@ class SampleDecoder(SeededStage, CoreStage[Sample]):
         self.source_datapipe = source_datapipe
         self.max_size = check_size(max_size)
         self.handlers = tuple(_as_handler(h, i, max_pixels) for i, h in enumerate(handlers))
-        self.only = only
+        self.only = only if only is None or isinstance(only, str) else tuple(only)  # each epoch
         self.partial = partial
         self.handler = handler
         self.trusted = trusted
