@@ -17,10 +17,12 @@ import subprocess
 import sys
 import tarfile
 import threading
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from bombs import gzip_of_zeros, large_member_shard, measure, png_of_zeros
 from shardgen import make_tar
@@ -241,6 +243,36 @@ def test_a_144_megapixel_png_is_a_decode_error_within_bounded_memory(tmp_path: P
     )
     assert measured["growth_mib"] < 400, measured
     assert measured["warnings"] == [], "an error, not Pillow's warning"
+
+
+def forged_npy(shape: tuple[int, ...], body: bytes) -> bytes:
+    """An .npy whose header declares an array of ``shape`` (float64), followed by ``body``."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f8", "fortran_order": False, "shape": shape}
+    )
+    return header.getvalue() + body
+
+
+def test_an_array_header_that_declares_a_terabyte_is_refused_before_allocation() -> None:
+    """numpy allocates what an .npy header declares before it reads the data: 100 bytes must not
+    ask for a terabyte, in an .npy field or an .npz member."""
+    npy = forged_npy((2**37,), bytes(100))  # 2**37 float64: 1 TiB
+    npz = io.BytesIO()
+    with zipfile.ZipFile(npz, "w") as archive:
+        archive.writestr("a.npy", npy)
+    samples = [{"__key__": "k", "npy": npy}, {"__key__": "k", "npz": npz.getvalue()}]
+    whats = ["the .npy field", "the .npz member 'a.npy'"]
+    for sample, what in zip(samples, whats, strict=True):
+        with pytest.raises(wds.DecodeError) as caught:
+            list(IterableWrapper([sample]).decode())
+        assert f"{what} declares 1,099,511,627,776 bytes of array in its header, but holds 100" in (
+            str(caught.value)
+        )
+    held = np.arange(6.0).reshape(2, 3)
+    whole = forged_npy((2, 3), held.tobytes())
+    (decoded,) = IterableWrapper([{"__key__": "k", "npy": whole}]).decode()
+    assert (decoded["npy"] == held).all()
 
 
 @pytest.mark.slow

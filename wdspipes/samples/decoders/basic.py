@@ -22,7 +22,9 @@ What a field decompresses to is bounded: a ``.gz`` field (:class:`Gunzip`) and t
 an ``.npz`` field together may hold at most ``max_size`` bytes (:data:`MAX_DECODED_SIZE`,
 256 MiB, by default); more is a :class:`DataLimitError`, found before more than that is held
 (a gzip bomb of 1 GiB of zeros stops at the limit; an ``.npz`` field's members are checked by
-the sizes its index declares, which its reader does not exceed).
+the sizes its index declares, which its reader does not exceed). An ``.npy`` field, and each
+``.npz`` member, declares no more bytes of array in its header than follow it: numpy allocates
+what the header declares before it reads the data.
 
 >>> BasicDecoder()(".json", b'{"a": 1}'), BasicDecoder()(".seg.cls", b"7")
 ({'a': 1}, 7)
@@ -41,10 +43,11 @@ import functools
 import gzip
 import io
 import json
+import math
 import pickle
 import zlib
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import IO, Any, NamedTuple
 
 import cbor2
 import msgpack
@@ -171,19 +174,47 @@ def _text(data: bytes) -> str:
 
 
 def _npy(data: bytes) -> np.ndarray:
-    array: np.ndarray = np.load(io.BytesIO(data), allow_pickle=False)
+    stream = io.BytesIO(data)
+    _check_npy_header(stream, len(data), "the .npy field")
+    stream.seek(0)
+    array: np.ndarray = np.load(stream, allow_pickle=False)
     return array
 
 
 def _npz(data: bytes, max_size: int = MAX_DECODED_SIZE) -> dict[str, np.ndarray]:
     with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-        held = sum(member.file_size for member in archive.zip.infolist())
+        members = archive.zip.infolist()
+        held = sum(member.file_size for member in members)
         if held > max_size:
             raise DataLimitError(
                 f"the .npz field's members hold {held:,} bytes, over the limit of "
                 f"{max_size:,} (max_size)"
             )
+        for member in members:
+            with archive.zip.open(member) as stream:
+                _check_npy_header(stream, member.file_size, f"the .npz member {member.filename!r}")
         return dict(archive)
+
+
+def _check_npy_header(stream: IO[bytes], size: int, what: str) -> None:
+    """Refuse an array whose header declares more bytes than the ``size`` bytes of ``stream``
+    hold after it: numpy allocates the whole array from the header before it reads any of it,
+    so 100 bytes of data could ask for a terabyte.
+
+    Raises:
+        ValueError: the header declares more than the data holds (or is not an array's).
+    """
+    version = np.lib.format.read_magic(stream)
+    if version == (1, 0):
+        shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
+    else:  # 2.0, and 3.0, whose header differs only in its text's encoding
+        shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
+    declared = math.prod(shape) * dtype.itemsize
+    held = size - stream.tell()
+    if declared > held:
+        raise ValueError(
+            f"{what} declares {declared:,} bytes of array in its header, but holds {held:,}"
+        )
 
 
 def _msgpack(data: bytes) -> Any:
