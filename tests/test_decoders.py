@@ -43,6 +43,7 @@ from torch.utils.data.datapipes.iter import IterableWrapper
 
 import wdspipes as wds
 from wdspipes.samples.decoders import IMAGE_SPECS, image_extensions, tenbin
+from wdspipes.samples.decoders.basic import BasicDecoder
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -941,3 +942,33 @@ def test_npz_members_over_max_size_are_a_decode_error() -> None:
 def test_only_given_as_a_generator_decodes_every_epoch() -> None:
     pipe = IterableWrapper([{"__key__": "0", "cls": b"3"}]).decode(only=(f for f in ["cls"]))
     assert list(pipe) == list(pipe) == [{"__key__": "0", "cls": 3}]
+
+
+NPY_ARRAYS = {
+    "float32 2-d": np.linspace(0, 1, 12, dtype=np.float32).reshape(3, 4),
+    "Fortran order": np.asfortranarray(np.arange(24, dtype=np.int64).reshape(2, 3, 4)),
+    "big-endian": np.arange(5, dtype=">u4"),
+    "0-d": np.array(3.5),
+    "empty": np.zeros((0, 7), np.int16),
+    "bool": np.array([True, False, True]),
+    "unicode": np.array(["a", "bcd", "é"]),
+    "structured": np.array([(1, 2.0), (3, 4.0)], dtype=[("i", "<i4"), ("f", "<f8")]),
+    "zero-width bytes": np.zeros(3, dtype="S0"),
+    "version 3.0 header": np.arange(4, dtype=np.uint8),
+}
+
+
+@pytest.mark.parametrize("array", NPY_ARRAYS.values(), ids=NPY_ARRAYS.keys())
+def test_npy_fields_decode_as_numpys_load(array: np.ndarray) -> None:
+    """The .npy decoder reads the header once (to bound it) and the array from the bytes after
+    it: the array, its dtype, layout and writability are np.load's."""
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, array, version=(3, 0) if array.dtype == np.uint8 else None)
+    data = buffer.getvalue()
+    expected = np.load(io.BytesIO(data), allow_pickle=False)
+    decoded = BasicDecoder()(".npy", data)
+    assert decoded.dtype == expected.dtype and decoded.shape == expected.shape
+    assert decoded.tobytes(order="A") == expected.tobytes(order="A")
+    assert decoded.flags.f_contiguous == expected.flags.f_contiguous
+    assert decoded.flags.c_contiguous == expected.flags.c_contiguous
+    assert decoded.flags.writeable

@@ -175,10 +175,14 @@ def _text(data: bytes) -> str:
 
 def _npy(data: bytes) -> np.ndarray:
     stream = io.BytesIO(data)
-    _check_npy_header(stream, len(data), "the .npy field")
-    stream.seek(0)
-    array: np.ndarray = np.load(stream, allow_pickle=False)
-    return array
+    shape, fortran, dtype = _npy_header(stream, len(data), "the .npy field")
+    if dtype.hasobject or dtype.itemsize == 0:  # refused (no pickles), or numpy's special case
+        stream.seek(0)
+        loaded: np.ndarray = np.load(stream, allow_pickle=False)
+        return loaded
+    flat = np.frombuffer(data, dtype, math.prod(shape), stream.tell())
+    array = flat.reshape(shape[::-1]).transpose() if fortran else flat.reshape(shape)
+    return array.copy(order="K")  # writable and its own, as np.load gives it
 
 
 def _npz(data: bytes, max_size: int = MAX_DECODED_SIZE) -> dict[str, np.ndarray]:
@@ -192,29 +196,31 @@ def _npz(data: bytes, max_size: int = MAX_DECODED_SIZE) -> dict[str, np.ndarray]
             )
         for member in members:
             with archive.zip.open(member) as stream:
-                _check_npy_header(stream, member.file_size, f"the .npz member {member.filename!r}")
+                _npy_header(stream, member.file_size, f"the .npz member {member.filename!r}")
         return dict(archive)
 
 
-def _check_npy_header(stream: IO[bytes], size: int, what: str) -> None:
-    """Refuse an array whose header declares more bytes than the ``size`` bytes of ``stream``
-    hold after it: numpy allocates the whole array from the header before it reads any of it,
-    so 100 bytes of data could ask for a terabyte.
+def _npy_header(stream: IO[bytes], size: int, what: str) -> tuple[tuple[int, ...], bool, Any]:
+    """The shape, Fortran order and dtype an .npy header at the start of ``stream`` declares,
+    refused where they take more than the ``size`` bytes of ``stream`` hold after it: numpy
+    allocates the whole array from the header before it reads any of it, so 100 bytes of data
+    could ask for a terabyte.
 
     Raises:
         ValueError: the header declares more than the data holds (or is not an array's).
     """
     version = np.lib.format.read_magic(stream)
     if version == (1, 0):
-        shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
     else:  # 2.0, and 3.0, whose header differs only in its text's encoding
-        shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
     declared = math.prod(shape) * dtype.itemsize
     held = size - stream.tell()
     if declared > held:
         raise ValueError(
             f"{what} declares {declared:,} bytes of array in its header, but holds {held:,}"
         )
+    return shape, fortran, dtype
 
 
 def _msgpack(data: bytes) -> Any:
