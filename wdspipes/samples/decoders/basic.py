@@ -182,7 +182,8 @@ def _npy(data: bytes) -> np.ndarray:
         return loaded
     flat = np.frombuffer(data, dtype, math.prod(shape), stream.tell())
     array = flat.reshape(shape[::-1]).transpose() if fortran else flat.reshape(shape)
-    return array.copy(order="K")  # writable and its own, as np.load gives it
+    owned: np.ndarray = array.copy(order="K")  # writable and its own, as np.load gives it
+    return owned
 
 
 def _npz(data: bytes, max_size: int = MAX_DECODED_SIZE) -> dict[str, np.ndarray]:
@@ -200,7 +201,9 @@ def _npz(data: bytes, max_size: int = MAX_DECODED_SIZE) -> dict[str, np.ndarray]
         return dict(archive)
 
 
-def _npy_header(stream: IO[bytes], size: int, what: str) -> tuple[tuple[int, ...], bool, Any]:
+def _npy_header(
+    stream: IO[bytes], size: int, what: str
+) -> tuple[tuple[int, ...], bool, np.dtype[Any]]:
     """The shape, Fortran order and dtype an .npy header at the start of ``stream`` declares,
     refused where they take more than the ``size`` bytes of ``stream`` hold after it: numpy
     allocates the whole array from the header before it reads any of it, so 100 bytes of data
