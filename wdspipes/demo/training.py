@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -113,25 +114,29 @@ def training_pipe(urls: Sequence[str], batch_size: int, seed: int) -> IterDataPi
 def loader_name() -> str:
     """The loader :func:`make_loader` makes here: ``"DataLoader2"`` or ``"torch's DataLoader"``
     (torchdata 0.10 and later have no DataLoader2)."""
-    try:
-        dataloader2()
-    except TorchdataVersionError:
-        return TorchLoader.name
-    return "DataLoader2"
+    return TorchLoader.name if _dataloader2() is None else "DataLoader2"
 
 
 def make_loader(pipe: IterDataPipe[Batch], workers: int) -> Any:
     """A loader running ``pipe`` in ``workers`` processes (0: in this process): torchdata's
     DataLoader2, or torch's DataLoader (its workers kept from epoch to epoch) where torchdata
     has no DataLoader2. Call its ``shutdown()`` when done."""
-    if loader_name() != "DataLoader2":
+    dl2 = _dataloader2()
+    if dl2 is None:
         return TorchLoader(pipe, workers)
-    dl2 = dataloader2()
     if workers:
         service = dl2.MultiProcessingReadingService(num_workers=workers)
     else:
         service = dl2.InProcessReadingService()
     return dl2.DataLoader2(pipe, reading_service=service)
+
+
+def _dataloader2() -> ModuleType | None:
+    """torchdata's ``dataloader2`` module, or None where torchdata has none."""
+    try:
+        return dataloader2()
+    except TorchdataVersionError:
+        return None
 
 
 class TorchLoader:
