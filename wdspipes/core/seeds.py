@@ -61,6 +61,7 @@ import os
 import random
 from typing import Any, Protocol
 
+from wdspipes.core.arguments import int_at_least
 from wdspipes.core.distributed import sharding_filter_of
 from wdspipes.errors import ResumeError
 from wdspipes.state.graph import upstream_of
@@ -298,8 +299,7 @@ def set_pipeline_epoch(sink: Any, epoch: int) -> None:
     Raises:
         ValueError: ``epoch`` is not an int of at least 0.
     """
-    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
-        raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
+    int_at_least("epoch", epoch, least=0)
     for stage in seeded_stages(sink):
         stage.set_stage_epoch(epoch)
 

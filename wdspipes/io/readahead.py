@@ -63,6 +63,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, NoReturn, TypeVar
 
+from wdspipes.core.arguments import int_at_least
 from wdspipes.io.cache import discard_entry
 from wdspipes.io.cancel import Cancel, cancellable
 from wdspipes.io.chunks import read_across
@@ -112,9 +113,7 @@ class ReadAhead:
 
     def __post_init__(self) -> None:
         for name, least in (("max_bytes", 0), ("connections", 1), ("part_size", 1)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise ValueError(f"ReadAhead {name} must be an int >= {least}, got {value!r}")
+            int_at_least(f"ReadAhead {name}", getattr(self, name), least)
         if self.ranged_above is not None and (
             not isinstance(self.ranged_above, int) or self.ranged_above < self.part_size
         ):

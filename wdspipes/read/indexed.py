@@ -44,6 +44,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+from wdspipes.core.arguments import int_at_least
 from wdspipes.errors import (
     IndexMismatchError,
     ShardError,
@@ -115,8 +116,7 @@ class IndexedShards:
         storage_options: Mapping[str, Any] | None = None,
         commands: Commands | None = None,
     ) -> None:
-        if type(lru_size) is not int or lru_size < 1:
-            raise ValueError(f"lru_size must be an integer >= 1, got {lru_size!r}")
+        int_at_least("lru_size", lru_size)
         self.entries = load_index(
             index, base=base, storage_options=storage_options, commands=commands
         )

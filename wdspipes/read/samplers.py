@@ -46,6 +46,8 @@ import warnings
 from collections.abc import Iterator, Sequence, Sized
 from typing import Any
 
+from wdspipes.core.arguments import int_at_least
+
 __all__ = ["ChunkedSampler", "DistributedChunkedSampler", "ShardedSampler"]
 
 _EPOCH_STRIDE = 1289738273  # wids' seed for epoch e: seed + e * this
@@ -200,8 +202,7 @@ class ChunkedSampler(_RangeSampler):
         shuffle: bool = True,
         shufflefirst: bool = False,
     ) -> None:
-        if type(chunksize) is not int or chunksize < 1:
-            raise ValueError(f"chunksize must be an integer >= 1, got {chunksize!r}")
+        int_at_least("chunksize", chunksize)
         if num_samples is None:
             low, high = 0, len(dataset)
         elif isinstance(num_samples, int):

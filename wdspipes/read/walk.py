@@ -50,6 +50,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
+from wdspipes.core.arguments import int_at_least
 from wdspipes.errors import (
     DataAfterEndError,
     MemberTooLargeError,
@@ -753,9 +754,7 @@ def check_member_size(size: int) -> int:
     Raises:
         ValueError: not an int of at least 1.
     """
-    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        raise ValueError(f"max_member_size must be an int >= 1, got {size!r}")
-    return size
+    return int_at_least("max_member_size", size)
 
 
 def _open_payload(stream: ByteStream, walk: TarWalk) -> tuple[Read, bytes]:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from wdspipes.core.arguments import int_at_least
 from wdspipes.core.curried import Stage, stage_factory
 from wdspipes.core.stage import CoreStage, core_stage
 from wdspipes.errors import CollationError, ResumeError, sample_location
@@ -209,10 +210,8 @@ class Batcher(CoreStage[Any]):
         partial: bool = True,
     ) -> None:
         super().__init__()
-        if not isinstance(batchsize, int) or batchsize < 1:
-            raise ValueError(f"batchsize must be an int >= 1, got {batchsize!r}")
         self.source_datapipe = source_datapipe
-        self.batchsize = batchsize
+        self.batchsize = int_at_least("batchsize", batchsize)
         self.collation_fn = collation_fn
         self.partial = partial
 

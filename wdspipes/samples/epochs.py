@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from wdspipes.core.arguments import int_at_least
 from wdspipes.core.curried import Stage, stage_factory
 from wdspipes.core.seeds import PASS, REPEAT, read_again, sharding_position
 from wdspipes.core.stage import CoreStage, core_stage
@@ -79,8 +80,7 @@ class EpochLimiter(CoreStage[Any]):
 
     def __init__(self, source_datapipe: Iterable[Any], nitems: int) -> None:
         super().__init__()
-        if not isinstance(nitems, int) or nitems < 0:
-            raise ValueError(f"nitems must be an int >= 0, got {nitems!r}")
+        int_at_least("nitems", nitems, least=0)
         self.source_datapipe = source_datapipe
         self.nitems = nitems
         self.count = 0  # items yielded this epoch
@@ -150,8 +150,7 @@ class LengthSetter(CoreStage[Any]):
 
     def __init__(self, source_datapipe: Iterable[Any], length: int) -> None:
         super().__init__()
-        if not isinstance(length, int) or length < 0:
-            raise ValueError(f"length must be an int >= 0, got {length!r}")
+        int_at_least("length", length, least=0)
         self.source_datapipe = source_datapipe
         self.length = length
 
@@ -183,8 +182,7 @@ class EpochRepeater(CoreStage[Any]):
 
     def __init__(self, source_datapipe: Iterable[Any], nepochs: int | None = None) -> None:
         super().__init__()
-        if nepochs is not None and (not isinstance(nepochs, int) or nepochs < 0):
-            raise ValueError(f"nepochs must be an int >= 0 or None, got {nepochs!r}")
+        int_at_least("nepochs", nepochs, least=0, none=True)
         self.source_datapipe = source_datapipe
         self.nepochs = nepochs
         self.done = 0  # epochs of the source finished

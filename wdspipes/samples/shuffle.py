@@ -35,6 +35,7 @@ from array import array
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
+from wdspipes.core.arguments import int_at_least
 from wdspipes.core.curried import Stage, stage_factory
 from wdspipes.core.seeds import SeededStage, Seeding, SharedEpoch, sharding_position
 from wdspipes.core.stage import CoreStage, core_stage
@@ -85,10 +86,8 @@ class BufferShuffler(SeededStage, CoreStage[T]):
         epoch: int | SharedEpoch | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(bufsize, int) or bufsize < 1:
-            raise ValueError(f"bufsize must be an int >= 1, got {bufsize!r}")
-        if not isinstance(initial, int) or initial < 0:
-            raise ValueError(f"initial must be an int >= 0, got {initial!r}")
+        int_at_least("bufsize", bufsize)
+        int_at_least("initial", initial, least=0)
         self.source_datapipe = source_datapipe
         self.bufsize = bufsize
         self.initial = min(initial, bufsize)

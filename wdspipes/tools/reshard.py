@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from wdspipes.core.arguments import int_at_least
 from wdspipes.core.stage import Sample
 from wdspipes.io.local import local_path
 from wdspipes.io.urls import check_url
@@ -345,8 +346,8 @@ def _check_engine(engine: str, shuffle: bool, address: str | None, cpus: int | N
             "engine='ray' runs the shuffle (shuffle=True): an in-order reshard is one stream, "
             "run it with engine='local'"
         )
-    if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 1):
-        raise ValueError(f"cpus must be an int >= 1, got {cpus!r}")
+    if cpus is not None:
+        int_at_least("cpus", cpus)
     if address is not None and cpus is not None:
         raise ValueError("cpus applies only to a Ray started for the run (no address)")
 

@@ -53,6 +53,7 @@ import cbor2
 import msgpack
 import numpy as np
 
+from wdspipes.core.arguments import int_at_least
 from wdspipes.errors import DataLimitError, UntrustedDataError
 from wdspipes.samples.decoders.tenbin import decode_buffer
 
@@ -88,9 +89,7 @@ def check_size(size: int) -> int:
     Raises:
         ValueError: not an int of at least 1.
     """
-    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        raise ValueError(f"max_size must be an int >= 1, got {size!r}")
-    return size
+    return int_at_least("max_size", size)
 
 
 def last_extension(key: str) -> str:

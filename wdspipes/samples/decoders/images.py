@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from wdspipes.core.arguments import int_at_least
 from wdspipes.errors import ImageFormatError, ImageTooLargeError
 from wdspipes.samples.decoders import jpeg
 from wdspipes.samples.decoders.basic import last_extension
@@ -278,8 +279,7 @@ class ImageDecoder:
             raise ValueError("give ImageDecoder resize= or crop=, not both")
         if crop is not None and not isinstance(crop, RandomResizedCrop):
             raise TypeError(f"crop must be a RandomResizedCrop, got {crop!r}")
-        if max_pixels is not None and (not isinstance(max_pixels, int) or max_pixels < 1):
-            raise ValueError(f"max_pixels must be an int >= 1 or None, got {max_pixels!r}")
+        int_at_least("max_pixels", max_pixels, none=True)
         self.spec = spec
         self.formats = _image_formats(formats, extensions)
         self.extensions = frozenset(self.formats)
