@@ -60,7 +60,6 @@ writers take paths, file:, pipe:COMMAND, '-' for stdout and the schemes fsspec k
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import stat
 import subprocess
@@ -73,7 +72,7 @@ from wdspipes.errors import CommandError, ShardOpenError, ShardWriteError, WdsEr
 from wdspipes.io.atomic import AtomicFile, random_suffix
 from wdspipes.io.local import BUFFER_SIZE, ClosingStream, local_path, url_scheme
 from wdspipes.io.pipe import Commands, check_command, describe_status, end_group
-from wdspipes.io.stores import _FILESYSTEMS, STORE_EXTRAS, fsspec_protocols
+from wdspipes.io.stores import STORE_EXTRAS, fsspec_filesystem, fsspec_protocols
 from wdspipes.redaction import redact
 
 __all__ = ["OBJECT_STORES", "ByteSink", "ClosesOrAborts", "open_sink"]
@@ -449,14 +448,7 @@ class _MovedSink(ByteSink):
 
 
 def _open_fsspec(url: str, storage_options: Mapping[str, Any] | None) -> ByteSink:
-    try:
-        fsspec = importlib.import_module("fsspec")
-        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
-    except ImportError as exn:
-        raise ShardOpenError(_install_advice(url, str(exn)), url=url) from exn
-    except Exception as exn:
-        raise ShardOpenError(f"cannot write: {_describe(exn)}", url=url) from exn
-    _FILESYSTEMS.setdefault(id(fs), fs)  # never collected in a forked child (see stores)
+    fs, path = fsspec_filesystem(url, storage_options, writing=True)
     protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
     try:
         if protocols & OBJECT_STORES:
@@ -464,14 +456,6 @@ def _open_fsspec(url: str, storage_options: Mapping[str, Any] | None) -> ByteSin
         return _MovedSink(url, fs, path)
     except Exception as exn:
         raise ShardOpenError.like(exn)(f"cannot write: {_describe(exn)}", url=url) from exn
-
-
-def _install_advice(url: str, problem: str) -> str:
-    scheme = url.partition(":")[0].lower()
-    if scheme not in STORE_EXTRAS:
-        return f"cannot write: {problem}"
-    package, extra = STORE_EXTRAS[scheme]
-    return f"writing {scheme}:// URLs needs {package}: pip install 'wdspipes[{extra}]' ({problem})"
 
 
 def _describe(exn: BaseException) -> str:

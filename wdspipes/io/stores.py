@@ -119,22 +119,24 @@ def open_fsspec(url: str, storage_options: Mapping[str, Any] | None = None) -> F
 
 
 def fsspec_filesystem(
-    url: str, storage_options: Mapping[str, Any] | None = None
+    url: str, storage_options: Mapping[str, Any] | None = None, *, writing: bool = False
 ) -> tuple[Any, str]:
     """The fsspec filesystem of ``url`` (from fsspec's instance cache, kept for this process)
-    and the object's path in it.
+    and the object's path in it, to read from (or, ``writing``, to write to: the messages say
+    so).
 
     Raises:
         ShardOpenError: fsspec or the URL's implementation is not installed (naming the package
             to install), or the filesystem cannot be made (bad options, say).
     """
-    fsspec = _import_fsspec(url)
+    fsspec = _import_fsspec(url, writing)
     try:
         fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
     except ImportError as exn:
-        raise ShardOpenError(_install_advice(url, str(exn)), url=url) from exn
+        raise ShardOpenError(_install_advice(url, str(exn), writing), url=url) from exn
     except Exception as exn:
-        raise ShardOpenError(f"cannot open: {_describe(exn)}", url=url) from exn
+        cannot = "cannot write" if writing else "cannot open"
+        raise ShardOpenError(f"{cannot}: {_describe(exn)}", url=url) from exn
     _FILESYSTEMS.setdefault(id(fs), fs)
     return fs, path
 
@@ -250,21 +252,23 @@ class FsspecRange:
         return data
 
 
-def _import_fsspec(url: str) -> ModuleType:
+def _import_fsspec(url: str, writing: bool = False) -> ModuleType:
     try:
         return importlib.import_module("fsspec")
     except ImportError as exn:
-        raise ShardOpenError(_install_advice(url, "fsspec is not installed"), url=url) from exn
+        advice = _install_advice(url, "fsspec is not installed", writing)
+        raise ShardOpenError(advice, url=url) from exn
 
 
-def _install_advice(url: str, problem: str) -> str:
+def _install_advice(url: str, problem: str, writing: bool = False) -> str:
     """What to install for a URL whose implementation is missing: the wdspipes extra where
     there is one, else fsspec's own advice."""
     scheme = url.partition(":")[0].lower()
     if scheme not in STORE_EXTRAS:
-        return problem
+        return f"cannot write: {problem}" if writing else problem
     package, extra = STORE_EXTRAS[scheme]
-    return f"reading {scheme}:// URLs needs {package}: pip install 'wdspipes[{extra}]' ({problem})"
+    doing = "writing" if writing else "reading"
+    return f"{doing} {scheme}:// URLs needs {package}: pip install 'wdspipes[{extra}]' ({problem})"
 
 
 def _describe(exn: Exception) -> str:
