@@ -441,6 +441,9 @@ def print_targets(
     print_section(f"targets ({latency * 1000:g} ms, {rate:g} MB/s per connection, HTTP)", markdown)
     mark = "- " if markdown else "  "
     slow, fast = http[latency], http[0.0]
+    if "wdspipes" not in slow or "wdspipes" not in fast:  # left out by --only
+        print(f"{mark}(wdspipes in one process was left out by --only: no target to judge)")
+        return
     ours, zero = slow["wdspipes"], fast["wdspipes"]
     ratio = ours.best.mb_per_second / zero.best.mb_per_second
     steady = ours.best_steady / zero.best_steady
