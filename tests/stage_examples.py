@@ -18,15 +18,17 @@ from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes.iter import IterableWrapper
 
 import wdspipes as wds
-from wdspipes.pipes.datapipe import registered_stage
+from wdspipes.core.protocol import functional_names
 
 SHARDS, PER_SHARD = 4, 3
 
 
 def registered_stages() -> dict[str, type]:
-    """Functional name -> class, for every stage wdspipes registered on IterDataPipe."""
-    stages = {name: registered_stage(name) for name in IterDataPipe.functions}
-    return {name: cls for name, cls in stages.items() if cls is not None}
+    """Functional name -> class, for every stage of wdspipes' table (each registered on
+    IterDataPipe)."""
+    stages = functional_names()
+    assert set(stages) <= set(IterDataPipe.functions)
+    return stages
 
 
 def write_shards(directory: Path) -> list[str]:

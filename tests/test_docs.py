@@ -22,7 +22,7 @@ from torch.utils.data import IterDataPipe
 
 import wdspipes as wds
 from wdspipes.core.curried import is_stage_factory
-from wdspipes.pipes.datapipe import registered_stage
+from wdspipes.core.protocol import functional_names
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -82,7 +82,8 @@ def test_every_public_name_is_in_the_api_reference(site: Path) -> None:
 
 def stage_names() -> tuple[set[str], set[str]]:
     """The functional names wdspipes registers, and its curried stages for DataPipeline."""
-    functional = {name for name in IterDataPipe.functions if registered_stage(name) is not None}
+    functional = set(functional_names())
+    assert functional <= set(IterDataPipe.functions)
     curried = {name for name in wds.__all__ if is_stage_factory(getattr(wds, name))}
     return functional, curried
 

@@ -19,7 +19,6 @@ from torch.utils.data.graph_settings import apply_random_seed, apply_sharding
 
 import wdspipes as wds
 from wdspipes.core import distributed
-from wdspipes.pipes.datapipe import StageDataPipe
 
 
 @pytest.fixture(scope="module")
@@ -138,19 +137,15 @@ def test_shuffle_takes_webdatasets_rng() -> None:
 # --- the graph traversed without pickling ------------------------------------------------------
 
 
-def local_stage() -> type[StageDataPipe[Any]]:
+def local_stage() -> type[wds.Stage[Any]]:
     """A stage class defined in a function, which cannot pickle: each item as it comes, and
     the source's length."""
 
-    class Passing(StageDataPipe[Any]):
-        one_to_one = True
+    class Passing(wds.Stage[Any]):
+        resumes = wds.Resumes.ITEM_BY_ITEM
 
-        def __init__(self, source_datapipe: IterDataPipe[Any]) -> None:
-            super().__init__()
-            self.source_datapipe = source_datapipe
-
-        def __iter__(self) -> Iterator[Any]:
-            yield from self.source_datapipe
+        def open(self, source: Any, context: Any, part: Any = None) -> Iterator[Any]:
+            yield from source
 
         def __len__(self) -> int:
             return len(self.source_datapipe)  # type: ignore[arg-type]

@@ -15,19 +15,20 @@ from package_graph import imports_of, package_modules
 MAY_IMPORT = {
     "redaction": set(),
     "errors": {"redaction"},
-    "state": {"errors"},
-    "core": {"state", "errors", "redaction"},
+    # the model of a stage, its epoch context and the engine that opens epochs and keeps state
+    "core": {"errors", "redaction"},
     # torchdata's loaders and their mends, the loaders' states, DataLoader2's worker queues
-    "loaders": {"core", "state", "errors"},
-    "io": {"core", "state", "errors", "redaction"},
-    "read": {"io", "core", "state", "errors", "redaction"},
-    "samples": {"loaders", "core", "state", "errors", "redaction"},
+    "loaders": {"core", "errors"},
+    "io": {"core", "errors", "redaction"},
+    "read": {"io", "core", "errors", "redaction"},
+    "samples": {"loaders", "core", "errors", "redaction"},
     "write": {"io", "samples", "core", "errors", "redaction"},
-    # the DataPipe front ends of the stages of read and samples, and torch's names on them
-    "pipes": {"read", "io", "samples", "loaders", "core", "state", "errors", "redaction"},
+    # the DataPipe front ends of the stages of read and samples, torch's stages in a pipeline,
+    # and torch's names on them
+    "pipes": {"read", "io", "samples", "loaders", "core", "errors", "redaction"},
     "nodes": {"errors"},  # the torchdata.nodes front end: over any pipeline, by its methods
-    "pipeline": {"pipes", "read", "io", "samples", "core", "state", "errors", "redaction"},
-    "tools": {"write", "read", "io", "samples", "core", "state", "errors", "redaction"},
+    "pipeline": {"pipes", "read", "io", "samples", "core", "errors", "redaction"},
+    "tools": {"write", "read", "io", "samples", "core", "errors", "redaction"},
     # webdataset's module paths: facades over the stages, each from what it stands for
     "gopen": {"io", "core", "redaction"},
     "handlers": {"errors", "redaction"},
@@ -61,17 +62,17 @@ def test_each_folder_imports_only_the_folders_before_it() -> None:
 
 
 TORCH_AT_MODULE_LEVEL = {
-    # what meets torch's objects: the pipeline's DataPipe classes, torch's own stages in the
-    # state's traversal, tensors handed over by batching workers, the map-style dataset
+    # what meets torch's objects: the pipeline's DataPipe classes, tensors handed over by
+    # batching workers, the map-style dataset
     "wdspipes.pipeline",
-    "wdspipes.state.torch_stages",
     "wdspipes.samples.handover",
     "wdspipes.read.random_access",
 }
 """The modules that may import torch (or torchdata) at their top, besides those of ``pipes``
-(the DataPipe front ends and their base), ``loaders`` (torchdata's loaders and their mends),
-``nodes``, ``demo`` and ``cli.show``: every other imports it, if at all, inside the function that
-makes a tensor or meets one of torch's objects; none of ``core``.
+(the DataPipe front ends, their base and torch's own stages in a pipeline), ``loaders``
+(torchdata's loaders and their mends), ``nodes``, ``demo`` and ``cli.show``: every other imports
+it, if at all, inside the function that makes a tensor or meets one of torch's objects; none of
+``core``.
 """
 
 TORCH_ANYWHERE = (

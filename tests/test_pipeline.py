@@ -24,6 +24,7 @@ from torch.utils.data.graph import traverse_dps
 from torch.utils.data.graph_settings import get_all_graph_pipes
 
 import wdspipes as wds
+from wdspipes.core.curried import Curried
 from wdspipes.loaders import dataloader2
 
 
@@ -137,7 +138,7 @@ def test_split_by_worker_reads_disjoint_shards(small_shards: Shards) -> None:
         ((42,), "first stage of DataPipeline must be"),
         ((["a.tar"], IterableWrapper([1])), "stage 1 of DataPipeline is an IterDataPipe instance"),
         ((["a.tar"], 3), "stage 1 of DataPipeline is not a stage"),
-        ((["a.tar"], wds.Stage(len)), "did not return an IterDataPipe"),
+        ((["a.tar"], Curried(len)), "did not return an IterDataPipe"),
     ],
 )
 def test_bad_pipelines_are_errors(stages: tuple[Any, ...], message: str) -> None:

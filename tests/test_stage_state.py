@@ -28,14 +28,13 @@ from torch.utils.data.graph import traverse_dps
 from torch.utils.data.graph_settings import apply_random_seed, apply_sharding
 
 import wdspipes as wds
-from wdspipes.core.stage import CoreStage, front_end_of
+from wdspipes.core.engine import chain_of, node_of, upstream_of
+from wdspipes.core.protocol import Resumes, stage_name
+from wdspipes.core.stage import Stage
 from wdspipes.errors import ResumeError
-from wdspipes.pipes.datapipe import StageDataPipe
+from wdspipes.pipes.datapipe import front_end
+from wdspipes.pipes.torch_stages import TORCH_STAGES
 from wdspipes.read.grouping import tar_samples
-from wdspipes.read.positions import opener_of
-from wdspipes.state.graph import chain_of, upstream_of
-from wdspipes.state.protocol import stage_name
-from wdspipes.state.torch_stages import TORCH_STAGES, part_of
 
 REFUSED = {"list_shards", "resample_shards", "open_shards", "load_tar", "claim_shards"}
 """Examples whose stage cannot resume at any cut: shard URLs, opened shards and bare tar members
@@ -154,14 +153,16 @@ def test_stage_resumes_exactly_or_refuses_by_name(name: str, stage_shards: Shard
     assert_resumes_exactly(lambda: EXAMPLES[name](stage_shards.paths), refused=refusal(name))
 
 
-ONE_TO_ONE = sorted(name for name, cls in registered_stages().items() if cls.one_to_one)
+ONE_TO_ONE = sorted(
+    name for name, cls in registered_stages().items() if cls.resumes is Resumes.ITEM_BY_ITEM
+)
 
 
 @pytest.mark.parametrize("name", ONE_TO_ONE)
 def test_a_one_to_one_stage_keeps_a_shuffle_buffer_after_it_exact(
     name: str, stage_shards: Shards
 ) -> None:
-    """A stage that declares one_to_one lets a buffer after it save where its samples live:
+    """A stage that resumes item by item lets a buffer after it save where its samples live:
     a false declaration would resume the wrong samples here."""
     assert_resumes_exactly(lambda: EXAMPLES[name](stage_shards.paths).buffer_shuffle(4, initial=3))
 
@@ -178,9 +179,9 @@ def torch_chain(sink: IterDataPipe[Any]) -> list[Any]:
     while graph:
         ((pipe, graph),) = graph.values()
         chain.append(pipe)
-        if part_of(pipe).holds_sources:
+        if node_of(pipe).resumes is Resumes.AS_MIXER:
             assert {id(source) for source, _ in graph.values()} == {
-                id(source) for source in part_of(pipe).upstream()
+                id(source) for source in node_of(pipe).upstream()
             }
             break
     return chain[::-1]
@@ -189,7 +190,7 @@ def torch_chain(sink: IterDataPipe[Any]) -> list[Any]:
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_the_walker_reaches_the_stages_torch_finds(name: str, stage_shards: Shards) -> None:
     """Each stage names what it reads (``upstream()``): the same DataPipes that torch's graph
-    walk, which the loaders use, finds in its attributes."""
+    traversal, which the loaders use, finds in its attributes."""
     pipe = EXAMPLES[name](stage_shards.paths)
     assert chain_of(pipe) == torch_chain(pipe)
 
@@ -197,30 +198,22 @@ def test_the_walker_reaches_the_stages_torch_finds(name: str, stage_shards: Shar
 # --- the safe default ---------------------------------------------------------------------
 
 
-class Twice(StageDataPipe[Any]):
+class Twice(Stage[Any]):
     """Yields every item twice, and declares nothing about resuming: the state refuses it."""
 
-    def __init__(self, source_datapipe: IterDataPipe[Any]) -> None:
-        super().__init__()
-        self.source_datapipe = source_datapipe
-
-    def __iter__(self) -> Iterator[Any]:
-        for item in self.source_datapipe:
+    def open(self, source: Any, context: Any, part: Any = None) -> Iterator[Any]:
+        for item in source:
             yield item
             yield item
 
 
-class Keyed(StageDataPipe[Any]):
+class Keyed(Stage[Any]):
     """Each sample to its key: one item out per item in, declared."""
 
-    one_to_one = True
+    resumes = Resumes.ITEM_BY_ITEM
 
-    def __init__(self, source_datapipe: IterDataPipe[Any]) -> None:
-        super().__init__()
-        self.source_datapipe = source_datapipe
-
-    def __iter__(self) -> Iterator[Any]:
-        for sample in self.source_datapipe:
+    def open(self, source: Any, context: Any, part: Any = None) -> Iterator[Any]:
+        for sample in source:
             yield sample["__key__"]
 
 
@@ -505,7 +498,7 @@ def as_core(pipe: Any) -> Any:
         if isinstance(stage, IterableWrapper):
             continue  # replaced in the stage that reads it
         core = type(stage).__mro__[1]
-        if front_end_of(core) is not type(stage):
+        if front_end(core) is not type(stage):
             return None
         stage.__class__ = core
         source = getattr(stage, "source_datapipe", None)
@@ -558,31 +551,25 @@ def test_the_read_path_and_the_sample_stages_have_core_classes() -> None:
     }
 
 
-class ShardsSeen(CoreStage[Any]):
-    """A stage of one's own between ``open_shards`` and a reader: it notes each opened shard
-    and passes it on, and offers the opener it reads, so that the reader after it resumes."""
+class ShardsSeen(Stage[Any]):
+    """A stage of one's own between ``open_shards`` and a reader: it notes each opened shard in
+    ``seen`` and passes it on; restored, it runs its epoch again from the start with the
+    opener, which the reader after it still tells what to skip."""
 
-    restartable = True
+    resumes = Resumes.FROM_START
 
-    def __init__(self, source_datapipe: Any) -> None:
-        super().__init__()
-        self.source_datapipe = source_datapipe
-        self.seen: list[str] = []
+    def __init__(self, source_datapipe: Any, seen: list[str]) -> None:
+        super().__init__(source_datapipe)
+        self.seen = seen
 
-    def __iter__(self) -> Iterator[Any]:
-        for shard in self.source_datapipe:
+    def open(self, source: Any, context: Any, part: Any = None) -> Iterator[Any]:
+        for shard in source:
             self.seen.append(shard.url)
             yield shard
 
-    def get_state(self) -> None:
-        return None
-
-    def shard_opener(self) -> Any:
-        return opener_of(self.source_datapipe)
-
 
 @pytest.mark.parametrize("reader", ["group_samples", "load_cbor"])
-def test_a_reader_finds_its_opener_by_what_a_stage_offers_not_its_class(
+def test_a_reader_resumes_through_a_stage_of_ones_own_after_the_opener(
     stage_shards: Shards, reader: str
 ) -> None:
     from wdspipes.read import grouping, opener, shards, stream_shards, tar
@@ -591,8 +578,11 @@ def test_a_reader_finds_its_opener_by_what_a_stage_offers_not_its_class(
     if reader == "load_cbor":
         paths = [path.removesuffix(".tar") + ".cbor" for path in paths]
 
+    seen: list[str] = []
+
     def build() -> Any:
-        opened = ShardsSeen(opener.ShardOpener(shards.ShardList(paths)))
+        seen.clear()
+        opened = ShardsSeen(opener.ShardOpener(shards.ShardList(paths)), seen)
         if reader == "load_cbor":
             return stream_shards.CborLoader(opened)
         return grouping.SampleGrouper(tar.TarLoader(opened))
@@ -606,4 +596,4 @@ def test_a_reader_finds_its_opener_by_what_a_stage_offers_not_its_class(
         again = build()
         again.load_state_dict(state)
         assert head + [comparable(sample) for sample in again] == whole, cut
-        assert chain_of(again)[2].seen == paths[max(cut - 1, 0) // 3 :]  # the shards skipped
+        assert seen == paths[max(cut - 1, 0) // 3 :]  # the shards skipped

@@ -24,6 +24,7 @@ from torch.utils.data.datapipes.iter import IterableWrapper
 
 import wdspipes as wds
 from wdspipes import autodecode, filters, handlers, shardlists, tariterators, utils
+from wdspipes.core.curried import Curried
 
 gopen_module = importlib.import_module("wdspipes.gopen")  # wdspipes.gopen is the function
 
@@ -214,9 +215,9 @@ def test_the_top_level_names_read_a_source_or_make_the_stage(shards: list[str]) 
     assert opened(wds, shards[:1]) == opened(tariterators, shards[:1])
     stages = [wds.url_opener(), wds.tar_file_expander(wds.ignore_and_continue)]
     stages.append(wds.group_by_keys(handler=wds.ignore_and_continue))
-    assert all(isinstance(stage, wds.Stage) for stage in stages)
+    assert all(isinstance(stage, Curried) for stage in stages)
     pipe = wds.DataPipeline(shards, wds.url_opener, wds.tar_file_expander, wds.group_by_keys)
-    assert [type(stage).__name__ for stage in stages] == ["Stage"] * 3
+    assert [type(stage).__name__ for stage in stages] == ["Curried"] * 3
     assert list(pipe) == list(tariterators.tarfile_samples(shards))
     assert type(pipe).__name__ == "SampleGrouper"
 

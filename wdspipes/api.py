@@ -6,8 +6,9 @@ torch; the package loads this module the first time a program uses one of its na
 (see :mod:`wdspipes.core.loading`). ``wdspipes.X`` is ``wdspipes.api.X`` for every name here.
 """
 
-from wdspipes.core.curried import Stage
 from wdspipes.core.distributed import ShardSplitError, full_sync
+from wdspipes.core.protocol import Epoch, Resumes, register
+from wdspipes.core.stage import Stage
 from wdspipes.errors import (
     CollationError,
     CommandError,
@@ -152,6 +153,7 @@ __all__ = [
     "DistributedChunkedSampler",
     "DuplicateFieldError",
     "EncodeError",
+    "Epoch",
     "EpochLimiter",
     "EpochRepeater",
     "FieldMapper",
@@ -180,6 +182,7 @@ __all__ = [
     "Renamer",
     "ResampledShards",
     "ResumeError",
+    "Resumes",
     "RoundRobin",
     "SampleDecoder",
     "SampleEncoder",
@@ -246,6 +249,7 @@ __all__ = [
     "msgpack_to_samples",
     "open_url",
     "pipelinefilter",
+    "register",
     "rename",
     "repeat",
     "reraise_exception",

@@ -14,25 +14,24 @@ from typing import Any, cast
 from torch.utils.data import DataLoader, IterableDataset, IterDataPipe
 from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
-from wdspipes.core.curried import Stage, is_stage_factory, stage_factory
-from wdspipes.core.distributed import declares_per_worker
+from wdspipes.core.context import EpochContext
+from wdspipes.core.curried import Curried, is_stage_factory, stage_factory
+from wdspipes.core.engine import declares_per_worker
+from wdspipes.core.protocol import Epoch, Resumes
+from wdspipes.core.stage import Sample, Stage
 from wdspipes.errors import Handler, ResumeError, reraise_exception
 from wdspipes.io import ShardItem
 from wdspipes.io.cache import DEFAULT_CACHE_SIZE, CacheDir, StorageOptions, opener_options
 from wdspipes.io.pipe import Commands
 from wdspipes.io.readahead import ReadAhead
-from wdspipes.pipes.datapipe import StageDataPipe
-from wdspipes.pipes.read import (
-    SampleGrouper,
-    ShardList,
-    ShardOpener,
-    ShardResampler,
-    ShardSplit,
-    TarLoader,
-)
-from wdspipes.pipes.samples import BufferShuffler
+from wdspipes.pipes.read import ShardList, ShardSplit
+from wdspipes.read.grouping import SampleGrouper
+from wdspipes.read.opener import ShardOpener
+from wdspipes.read.shards import ShardResampler
 from wdspipes.read.specs import ShardSpec
+from wdspipes.read.tar import TarLoader
 from wdspipes.read.walk import MAX_MEMBER_SIZE
+from wdspipes.samples.shuffle import BufferShuffler
 
 __all__ = [
     "DataPipeline",
@@ -78,7 +77,7 @@ class PipelineStage:
         return self.run(*args, **kwargs)
 
 
-class IteratorStage(StageDataPipe[Any]):
+class IteratorStage(Stage[Any]):
     """Run a plain iterator-to-iterator function as a stage of ``DataPipeline(...)``.
 
     The function must be defined at module level (or be a ``functools.partial`` of one) for
@@ -98,8 +97,8 @@ class IteratorStage(StageDataPipe[Any]):
         self.source_datapipe = source_datapipe
         self.fn = fn
 
-    def __iter__(self) -> Iterator[Any]:
-        yield from self.fn(iter(self.source_datapipe))
+    def open(self, source: Iterable[Any], context: EpochContext, part: Any = None) -> Iterator[Any]:
+        yield from self.fn(iter(source))
 
     @property
     def per_worker_shards(self) -> bool:
@@ -107,11 +106,11 @@ class IteratorStage(StageDataPipe[Any]):
         :func:`~wdspipes.core.distributed.declares_per_worker`)."""
         return declares_per_worker(self.fn)
 
-    def get_state(self) -> None:
-        raise ResumeError(
+    def refusal(self) -> ResumeError:
+        return ResumeError(
             f"IteratorStage ({getattr(self.fn, '__name__', self.fn)!r}, a plain function in "
             "DataPipeline) cannot save its position: write it as a stage (wds.map, wds.select, "
-            "a StageDataPipe subclass that declares how it resumes) to resume mid-epoch"
+            "a wds.Stage subclass that declares how it resumes) to resume mid-epoch"
         )
 
 
@@ -119,7 +118,7 @@ Items = Iterable[Any] | Callable[[], Iterable[Any]]
 """What :class:`IterableSource` reads: an iterable, or a function that returns one."""
 
 
-class IterableSource(StageDataPipe[Any]):
+class IterableSource(Stage[Any]):
     """The items of any iterable, read anew each epoch, or of what a function returns, called
     anew each epoch: the first stage of ``DataPipeline(...)`` for a source that is not a
     DataPipe or a shard spec, as in webdataset (a torch ``DataLoader``, an ``IterableDataset``,
@@ -153,7 +152,7 @@ class IterableSource(StageDataPipe[Any]):
     TypeError: the source range_iterator is an iterator, which can be read only once: ...
     """
 
-    restartable = True
+    resumes = Resumes.FROM_START
 
     def __init__(self, source: Items) -> None:
         super().__init__()
@@ -171,9 +170,8 @@ class IterableSource(StageDataPipe[Any]):
         self.source = source
         self.calls = calls
 
-    def __iter__(self) -> Iterator[Any]:
-        source = cast(Callable[[], Iterable[Any]], self.source)() if self.calls else self.source
-        yield from cast(Iterable[Any], source)
+    def open(self, source: None, context: EpochContext, part: Any = None) -> SourceEpoch:
+        return SourceEpoch(self)
 
     def __len__(self) -> int:
         if self.calls:
@@ -188,14 +186,27 @@ class IterableSource(StageDataPipe[Any]):
         does not warn that every worker reads every shard."""
         return declares_per_worker(self.source)
 
-    def get_state(self) -> None:
+
+class SourceEpoch(Epoch[Any]):
+    """An epoch of an :class:`IterableSource`."""
+
+    def __init__(self, stage: IterableSource) -> None:
+        self.stage = stage
+
+    def __iter__(self) -> Iterator[Any]:
+        stage = self.stage
+        source = cast(Callable[[], Iterable[Any]], stage.source)() if stage.calls else stage.source
+        yield from cast(Iterable[Any], source)
+
+    def part(self) -> None:
         """Nothing: before a reader, it gives the same items again from its start.
 
         Raises:
             ResumeError: its source is a function or a loader, which may not.
         """
-        if self.calls or isinstance(self.source, DataLoader):
-            what = "a function" if self.calls else f"a loader ({type(self.source).__name__})"
+        if self.stage.calls or isinstance(self.stage.source, DataLoader):
+            stage = self.stage
+            what = "a function" if stage.calls else f"a loader ({type(stage.source).__name__})"
             raise ResumeError(
                 f"IterableSource cannot give the same items again: its source is {what}, "
                 "which may give other items when called or iterated again. Resume the "
@@ -237,6 +248,9 @@ class WebLoader(IterableSource):
     >>> sorted(n for numbers, _ in loader for n in numbers.tolist())
     [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
     """
+
+    def __new__(cls, /, *args: Any, **kwargs: Any) -> Any:
+        return object.__new__(cls.DataPipe)  # a DataPipe, on which stages chain
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(DataLoader(*args, **kwargs))
@@ -303,16 +317,16 @@ def _source(stage: Any) -> IterDataPipe[Any]:
     if isinstance(stage, IterDataPipe):
         return stage
     if isinstance(stage, PipelineStage):
-        return IterableSource(stage.run)
+        return IterableSource.DataPipe(stage.run)  # type: ignore[no-any-return]
     if isinstance(stage, str | list | tuple):
-        return ShardList(stage)
-    if isinstance(stage, Stage | ShardSplit) or is_stage_factory(stage):
+        return cast(IterDataPipe[Any], ShardList(stage))
+    if isinstance(stage, Curried | ShardSplit) or is_stage_factory(stage):
         raise TypeError(
             f"the first stage of DataPipeline is the source, and {stage!r} is a stage that "
             "reads one: put a shard spec, a DataPipe or another iterable before it"
         )
     if callable(stage) or isinstance(stage, Iterable):
-        return IterableSource(stage)
+        return IterableSource.DataPipe(stage)  # type: ignore[no-any-return]
     raise TypeError(
         "the first stage of DataPipeline must be an IterDataPipe, a shard spec (a string or "
         "a list of URLs), another iterable, or a function returning one, got "
@@ -323,7 +337,7 @@ def _source(stage: Any) -> IterDataPipe[Any]:
 def _apply(stage: Any, pipe: IterDataPipe[Any], position: int) -> IterDataPipe[Any]:
     if is_stage_factory(stage):
         stage = stage()
-    if isinstance(stage, Stage) or (isinstance(stage, type) and issubclass(stage, IterDataPipe)):
+    if isinstance(stage, Curried) or (isinstance(stage, type) and issubclass(stage, IterDataPipe)):
         result = cast(Callable[[IterDataPipe[Any]], Any], stage)(pipe)
     elif isinstance(stage, PipelineStage):
         result = IteratorStage(pipe, stage.run)
@@ -350,11 +364,11 @@ def _tarfile_to_samples(
     strict_end: bool = False,
     max_member_size: int = MAX_MEMBER_SIZE,
     **options: Any,
-) -> SampleGrouper:
+) -> IterDataPipe[Sample]:
     opener = ShardOpener(source, handler=handler, **options)
     walk = {"ignore_zeros": ignore_zeros, "strict_end": strict_end}
     loader = TarLoader(opener, handler=handler, max_member_size=max_member_size, **walk)
-    return SampleGrouper(loader, handler=handler)
+    return cast(IterDataPipe[Sample], SampleGrouper(loader, handler=handler))
 
 
 @stage_factory
@@ -369,7 +383,7 @@ def tarfile_to_samples(
     commands: Commands | None = None,
     max_member_size: int = MAX_MEMBER_SIZE,
     readahead: ReadAhead | bool = True,
-) -> Stage:
+) -> Curried:
     """Shard URLs to samples: ``open_shards().load_tar().group_samples()``, one handler for all.
 
     ``cache_dir``, ``cache_size``, ``storage_options``, ``commands`` and ``readahead`` go to
@@ -390,7 +404,7 @@ def tarfile_to_samples(
         options["strict_end"] = True
     if max_member_size != MAX_MEMBER_SIZE:
         options["max_member_size"] = max_member_size
-    return Stage(_tarfile_to_samples, handler=handler, **options)
+    return Curried(_tarfile_to_samples, handler=handler, **options)
 
 
 def WebDataset(
@@ -408,7 +422,7 @@ def WebDataset(
     commands: Commands | None = None,
     max_member_size: int = MAX_MEMBER_SIZE,
     readahead: ReadAhead | bool = True,
-) -> SampleGrouper:
+) -> IterDataPipe[Sample]:
     """The usual pipeline from shard URLs to samples, split among ranks and workers.
 
     The shard list (shuffled or resampled, identically in every worker and rank) is split by
@@ -476,10 +490,11 @@ def WebDataset(
                 UserWarning,
                 stacklevel=2,
             )
-        shards = ShardResampler(shards, nshards=nshards, seed=seed)
+        shards = cast(IterDataPipe[ShardItem], ShardResampler(shards, nshards=nshards, seed=seed))
     elif shardshuffle:
         bufsize = len(shards) if shardshuffle is True else int(shardshuffle)
-        shards = BufferShuffler(shards, bufsize=bufsize, initial=bufsize, seed=seed)
+        shuffled = BufferShuffler(shards, bufsize=bufsize, initial=bufsize, seed=seed)
+        shards = cast(IterDataPipe[ShardItem], shuffled)
     options = opener_options(cache_dir, cache_size, storage_options, commands, readahead)
     options["local_path"] = True  # as webdataset's WebDataset, which tarfile_to_samples is not
     return _tarfile_to_samples(

@@ -60,7 +60,8 @@ from wdspipes.io.urls import ByteStream, close_quietly, shard_failure
 from wdspipes.read.walk import iter_tar_tuples
 
 if TYPE_CHECKING:
-    from wdspipes.api import Stage, tarfile_to_samples
+    from wdspipes.api import tarfile_to_samples
+    from wdspipes.core.curried import Curried
 
 __all__ = [
     "ShardEnd",
@@ -120,12 +121,12 @@ def valid_sample(sample: Any) -> TypeGuard[dict[str, Any]]:
     return isinstance(sample, dict) and len(sample) > 0 and not sample.get("__bad__", False)
 
 
-def _stage(module: str, name: str, handler: Any, options: dict[str, Any]) -> Stage:
+def _stage(module: str, name: str, handler: Any, options: dict[str, Any]) -> Curried:
     """wdspipes' curried stage ``module.name(handler, **options)``, loaded with the DataPipes
     (:mod:`wdspipes.api`: torch) that it builds."""
     load_api()
     factory = getattr(importlib.import_module(module), name)
-    return cast("Stage", factory(reraise_exception if handler is None else handler, **options))
+    return cast("Curried", factory(reraise_exception if handler is None else handler, **options))
 
 
 def _is_source(data: Any) -> bool:
@@ -140,12 +141,14 @@ def url_opener(
 
 
 @overload
-def url_opener(data: Handler | None = None, handler: Handler | None = None, **kw: Any) -> Stage: ...
+def url_opener(
+    data: Handler | None = None, handler: Handler | None = None, **kw: Any
+) -> Curried: ...
 
 
 def url_opener(
     data: Iterable[Any] | Handler | None = None, handler: Handler | None = None, **kw: Any
-) -> Iterator[dict[str, Any]] | Stage:
+) -> Iterator[dict[str, Any]] | Curried:
     """Open each shard item of ``data`` (a URL, or a dict with the URL under ``"url"``): a
     dict of the item with the stream under ``"stream"`` (the item's keys kept). The stream is
     closed when the next shard is asked for. Without ``data``: wdspipes' opener stage, as
@@ -242,7 +245,7 @@ def tar_file_expander(
 @overload
 def tar_file_expander(
     data: Handler | None = None, handler: Handler | None = None, **kw: Any
-) -> Stage: ...
+) -> Curried: ...
 
 
 def tar_file_expander(
@@ -252,7 +255,7 @@ def tar_file_expander(
     rename_files: Callable[[str], str] | None = None,
     eof_value: Any = ShardEnd,
     **kw: Any,
-) -> Iterator[Member] | Stage:
+) -> Iterator[Member] | Curried:
     """The files of each opened shard of ``data`` (dicts with ``"url"`` and ``"stream"``, or
     ``(url, stream)`` pairs as ``open_shards`` yields), each a ``{"fname", "data", "__url__"}``
     dict (with ``"__local_path__"`` where the shard has a local copy), and ``eof_value`` after
@@ -337,7 +340,7 @@ def group_by_keys(
 
 
 @overload
-def group_by_keys(data: Handler | None = None, *, handler: Handler | None = None) -> Stage: ...
+def group_by_keys(data: Handler | None = None, *, handler: Handler | None = None) -> Curried: ...
 
 
 def group_by_keys(
@@ -346,7 +349,7 @@ def group_by_keys(
     lcase: bool = True,
     suffixes: set[str] | None = None,
     handler: Handler | None = None,
-) -> Iterator[dict[str, Any]] | Stage:
+) -> Iterator[dict[str, Any]] | Curried:
     """Samples of consecutive members with one key, as webdataset 1.0.2's: a shard's end
     marker (an empty dict) ends the sample; a name without a key is skipped; a field seen
     twice in a sample is a :class:`~wdspipes.errors.DuplicateFieldError` (a ``ValueError``)

@@ -40,8 +40,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from wdspipes.core.context import Split
+from wdspipes.core.engine import declares_per_worker
 from wdspipes.errors import ShardSplitError
-from wdspipes.state.graph import sharding_filter_of, upstream_of
 
 if TYPE_CHECKING:
     import torch.distributed as dist
@@ -52,8 +53,7 @@ __all__ = [
     "check_split",
     "declares_per_worker",
     "full_sync",
-    "reader_layout",
-    "sharding_filter_of",
+    "split_layout",
 ]
 
 log = logging.getLogger(__name__)
@@ -135,21 +135,22 @@ def _process_group() -> Any:
     return distributed
 
 
-def reader_layout(sharding_filter: Any) -> ReaderLayout:
-    """The layout the loader gave ``sharding_filter`` through ``apply_sharding``.
+def split_layout(readers: int, reader: int, groups: dict[Any, tuple[int, int]]) -> ReaderLayout:
+    """The layout behind a sharding filter's split into ``readers`` (this one ``reader``), from
+    the ``groups`` the loader gave it through ``apply_sharding`` (torch's sharding priorities'
+    names: ``"DISTRIBUTED"``, ``"MULTIPROCESSING"``, ``"DEFAULT"``).
 
     DataLoader2's reading services name their groups (DISTRIBUTED, MULTIPROCESSING). Plain
-    DataLoader gives one DEFAULT group of ranks x workers; the workers per rank then come
-    from its worker info, and without workers every instance is a rank.
-    """
-    from torch.utils.data.datapipes.iter.sharding import SHARDING_PRIORITIES  # a filter: loaded
+    DataLoader gives one DEFAULT group of ranks x workers; the workers per rank then come from
+    its worker info, and without workers every instance is a rank.
 
-    groups = sharding_filter.groups
-    if SHARDING_PRIORITIES.DEFAULT not in groups and groups:
-        ranks, rank = groups.get(SHARDING_PRIORITIES.DISTRIBUTED, (1, 0))
-        workers, worker = groups.get(SHARDING_PRIORITIES.MULTIPROCESSING, (1, 0))
+    >>> split_layout(8, 5, {"DISTRIBUTED": (2, 1), "MULTIPROCESSING": (4, 1)}).whom()
+    'rank 1, worker 1'
+    """
+    if "DEFAULT" not in groups and groups:
+        ranks, rank = groups.get("DISTRIBUTED", (1, 0))
+        workers, worker = groups.get("MULTIPROCESSING", (1, 0))
         return ReaderLayout(ranks, workers, rank, worker, rank_major=True)
-    readers, reader = sharding_filter.num_of_instances, sharding_filter.instance_id
     info = _worker_info()
     workers = info.num_workers if info is not None else 1
     if readers % workers:  # sharding applied by hand: call every instance a rank
@@ -171,41 +172,11 @@ def _is_first_reader() -> bool:
     return rank == 0 and (info is None or info.id == 0)
 
 
-def declares_per_worker(source: object) -> bool:
-    """Whether ``source`` (or the object a bound method ``source`` belongs to) declares that it
-    gives each worker shards of its own: a true ``per_worker_shards`` attribute.
-
-    >>> class Resampler:
-    ...     per_worker_shards = True
-    ...     def run(self): ...
-    >>> declares_per_worker(Resampler()), declares_per_worker(Resampler().run)
-    (True, True)
-    >>> declares_per_worker(["a.tar"])
-    False
-    """
-    owner = getattr(source, "__self__", None)
-    return any(getattr(obj, "per_worker_shards", False) is True for obj in (source, owner))
-
-
-def _every_reader_reads_all(datapipe: Any) -> bool:
-    """Whether every reader of ``datapipe`` (an opener, with no sharding filter upstream)
-    reads all its shards: a shard list of known length that no stage before declares per
-    worker (see :func:`declares_per_worker`), found by the graph traversal that pickles nothing
-    (:func:`~wdspipes.state.graph.upstream_of`)."""
-    source = getattr(datapipe, "source_datapipe", None)
-    if source is None:
-        return False
-    if any(declares_per_worker(pipe) for pipe in upstream_of(datapipe)):
-        return False
-    try:
-        len(source)
-    except TypeError:  # a source that draws without end, or whose length is not known
-        return False
-    return True
-
-
-def check_split(datapipe: Any) -> int | None:
-    """Check how shards are split among readers, as an epoch of ``datapipe`` (an opener) begins.
+def check_split(split: Split | None, per_worker: bool, listed: int | None, name: str) -> int | None:
+    """Check how shards are split among readers, as an epoch of an opener begins: ``split`` is
+    the sharding filter before it (from its context), ``per_worker`` whether a stage before it
+    gives each worker shards of its own, ``listed`` the length of the shard list it reads (None
+    where it has none), ``name`` the opener's, for the warning.
 
     Returns how many shards this reader gets, or None when that is not known in advance (the
     shard list has no length) or there is nothing to split.
@@ -219,25 +190,21 @@ def check_split(datapipe: Any) -> int | None:
             several readers, which then all read every shard of a list of known length
             (unless a stage declares it gives each worker its own: see the module).
     """
-    sharding_filter = sharding_filter_of(datapipe)
-    if sharding_filter is None:
+    if split is None:
         readers = _loader_readers()
-        if readers > 1 and _is_first_reader() and _every_reader_reads_all(datapipe):
+        if readers > 1 and _is_first_reader() and not per_worker and listed is not None:
             warnings.warn(
-                f"{type(datapipe).__name__} has no sharding_filter upstream, so each of the "
+                f"{name} has no sharding_filter upstream, so each of the "
                 f"{readers} readers (ranks x workers) reads every shard; split the shard list "
                 "with .sharding_filter(), split_by_node/split_by_worker, or WebDataset(...)",
                 RuntimeWarning,
                 stacklevel=2,
             )
         return None
-    if sharding_filter.num_of_instances == 1:
+    if split.readers == 1 or split.shards is None:
         return None
-    layout = reader_layout(sharding_filter)
-    try:
-        shards = len(sharding_filter.source_datapipe)
-    except TypeError:
-        return None
+    layout: ReaderLayout = split.layout
+    shards = split.shards
     per_rank = layout.shards_per_rank(shards)
     plural = "s" if shards != 1 else ""
     if min(per_rank) == 0:
@@ -273,12 +240,11 @@ def _readers(count: int) -> str:
     return f"{count} reader gets" if count == 1 else f"{count} readers get"
 
 
-def warn_idle_reader(datapipe: Any) -> None:
+def warn_idle_reader(split: Split | None) -> None:
     """Warn that this reader got no shard in an epoch whose split could not be checked ahead."""
-    sharding_filter = sharding_filter_of(datapipe)
-    if sharding_filter is None or sharding_filter.num_of_instances == 1:
+    if split is None or split.readers == 1 or split.layout is None:
         return
-    layout = reader_layout(sharding_filter)
+    layout: ReaderLayout = split.layout
     warnings.warn(
         f"{layout.whom()} of {layout.describe()} got no shard this epoch: the shard list "
         f"has fewer shards than readers",

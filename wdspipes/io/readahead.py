@@ -301,6 +301,7 @@ class Prefetcher:
         skipped: whether the reader passes by the item at a position (as
             :attr:`Lookahead.index` counts) without opening it: a restored reader skips the
             shards read before; those are never read ahead. None: it opens every item.
+        stats: where to keep the statistics of the epoch (:attr:`stats`); new ones if None.
 
     Threads start as shards are scheduled; :meth:`close` stops and joins them.
     """
@@ -312,9 +313,10 @@ class Prefetcher:
         items: Lookahead[Any],
         url_of: Callable[[Any], str | None],
         skipped: Callable[[int], bool] | None = None,
+        stats: ReadStats | None = None,
     ) -> None:
         self.config = config
-        self.stats = ReadStats()
+        self.stats = ReadStats() if stats is None else stats
         self._open_item = open_item
         self._items = items
         self._url_of = url_of

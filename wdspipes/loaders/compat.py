@@ -79,11 +79,11 @@ from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes._hook_iterator import hook_iterator
 from torch.utils.data.datapipes.datapipe import _IterDataPipeSerializationWrapper
 
+from wdspipes.core.engine import upstream_of
+from wdspipes.core.stage import Stage
 from wdspipes.errors import ResumeError
 from wdspipes.loaders import loader_state, worker_queues
 from wdspipes.loaders.loader_state import KEY, Deliveries, StateChannel, StateTags, Tagged
-from wdspipes.state.graph import upstream_of
-from wdspipes.state.protocol import Resumable
 
 __all__ = [
     "StatefulPipeline",
@@ -348,7 +348,7 @@ def mend_stateful_dataloader() -> bool:
     @functools.wraps(original_init)
     def init(self: Any, dataset: Any, *args: Any, **kwargs: Any) -> None:
         original_init(self, dataset, *args, **kwargs)
-        if isinstance(dataset, Resumable) and isinstance(dataset, IterDataPipe):
+        if isinstance(dataset, Stage) and isinstance(dataset, IterDataPipe):
             # DataLoader forbids setting its dataset once made; this wrapper is torch's own
             # with two methods more.
             object.__setattr__(self, "dataset", StatefulPipeline(dataset))

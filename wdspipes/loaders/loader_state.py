@@ -36,12 +36,10 @@ from typing import Any
 
 from torch.utils.data import IterDataPipe
 
-from wdspipes.core.seeds import pipeline_epoch, seeded_stages, set_pipeline_epoch
+from wdspipes.core.elastic import merge_pipeline_states
+from wdspipes.core.engine import FORMAT, Run, run_of, upstream_of
+from wdspipes.core.stage import Stage
 from wdspipes.errors import ResumeError
-from wdspipes.state.checkpoint import FORMAT, restore_pipeline, state_saver
-from wdspipes.state.elastic import merge_pipeline_states
-from wdspipes.state.graph import upstream_of
-from wdspipes.state.protocol import Resumable
 
 __all__ = [
     "KEY",
@@ -51,7 +49,6 @@ __all__ = [
     "Tagged",
     "is_wdspipes_pipeline",
     "merge_states",
-    "saver",
 ]
 
 log = logging.getLogger(__name__)
@@ -67,7 +64,7 @@ def is_wdspipes_pipeline(pipe: object) -> bool:
     """Whether ``pipe`` is, or reads, a wdspipes stage (whose state the loaders keep)."""
     if not isinstance(pipe, IterDataPipe):
         return False
-    return any(isinstance(stage, Resumable) for stage in (pipe, *upstream_of(pipe)))
+    return any(isinstance(stage, Stage) for stage in (pipe, *upstream_of(pipe)))
 
 
 class Tagged:
@@ -91,26 +88,6 @@ class Tagged:
         self.value, self.number, self.epoch, self.worker = state
 
 
-def saver(sink: IterDataPipe[Any]) -> Callable[[], dict[str, Any]]:
-    """A function that gives the state of the pipeline ending in ``sink``: the graph is traversed
-    once, as the epoch begins (the stages' parts are asked for each time)."""
-    stages = seeded_stages(sink)
-    try:
-        save = state_saver(sink)
-    except ResumeError as exn:
-        error = exn
-
-        def refuse() -> dict[str, Any]:
-            raise error
-
-        return refuse
-
-    def save_in_epoch() -> dict[str, Any]:
-        return save(max((stage.stage_epoch() for stage in stages), default=None))
-
-    return save_in_epoch
-
-
 class StateTags(IterDataPipe[Tagged]):
     """The stage DataLoader2's mend ends a wdspipes pipeline with, in each worker (or in the
     main process without workers): it numbers each item of the pipeline (a :class:`Tagged`,
@@ -130,17 +107,19 @@ class StateTags(IterDataPipe[Tagged]):
         self.worker = 0  # set in each worker as it starts (see wdspipes.loaders.compat)
         self.states: dict[int, dict[str, Any] | ResumeError] = {}
         self.count = 0  # items tagged, in every epoch
+        self.run = Run()  # the pipeline's, where it does not end in a wdspipes stage
 
     def __iter__(self) -> Iterator[Tagged]:
         restoring, self.restoring = self.restoring, None
         source = self.source_datapipe
+        run = run_of(source, self.run)
         if restoring is not None:
-            restoring.restore(source, self.worker)
-        save, states = saver(source), self.states
-        for item in source:
+            restoring.restore(run, source, self.worker)
+        epoch, states = run.open(source), self.states
+        for item in epoch.items():
             number = self.count = self.count + 1
             try:
-                state: dict[str, Any] | ResumeError = save()
+                state: dict[str, Any] | ResumeError = epoch.state()
             except ResumeError as exn:
                 state = exn
             states[number] = state
@@ -171,9 +150,9 @@ class Restoring:
         self.readers = readers
         self.merged = merged
 
-    def restore(self, pipeline: IterDataPipe[Any], worker: int) -> None:
+    def restore(self, run: Run, pipeline: IterDataPipe[Any], worker: int) -> None:
         if self.merged is not None:
-            restore_pipeline(pipeline, self.merged)
+            run.load(pipeline, self.merged)
             return
         assert self.readers is not None
         state = self.readers[worker]
@@ -181,9 +160,9 @@ class Restoring:
             return
         if "start" in state:  # it had delivered nothing of the epoch: begin it afresh
             if state["start"] is not None:
-                set_pipeline_epoch(pipeline, state["start"])
+                run.clock.set_epoch(state["start"])
             return
-        restore_pipeline(pipeline, state)
+        run.load(pipeline, state)
 
 
 class Deliveries:
@@ -475,5 +454,5 @@ def prime(pipe: IterDataPipe[Any], pipelines: list[dict[str, Any]]) -> None:
     workers and which never loads the state itself, the epoch of the states: the epochs
     after the restored one are numbered (and shuffled) as in the run that saved them."""
     epoch = epoch_of(pipelines)
-    if epoch is not None and pipeline_epoch(pipe) is not None:
-        set_pipeline_epoch(pipe, epoch)
+    if epoch is not None and isinstance(pipe, Stage):
+        pipe.set_epoch(epoch)

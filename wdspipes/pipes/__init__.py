@@ -1,13 +1,12 @@
-"""The DataPipe front ends: each registered functional ``IterDataPipe`` of wdspipes is its
-core class (torch-free, in ``read/``, ``samples/``, ...) with torch's ``IterDataPipe`` added
-(:class:`~wdspipes.pipes.datapipe.StageDataPipe`, which pickles as
-:mod:`~wdspipes.pipes.pickling` says) and its functional name registered on ``IterDataPipe``.
-A front end adds nothing per item: it inherits its core class's ``__iter__``. Importing a
-module of this folder loads torch, and registers every functional name of wdspipes, so that a
-pipeline begun with any of wdspipes' DataPipes chains every stage.
+"""The DataPipe front end: every stage class of wdspipes (torch-free, in ``read/``,
+``samples/``, ...) with torch's ``IterDataPipe`` added, made from the class on first use
+(``StageClass.DataPipe``; see :mod:`wdspipes.pipes.datapipe`), and every functional name of the
+table registered on ``IterDataPipe``. A front end adds nothing per item: it inherits its stage
+class's ``__iter__``. torch's own stages take part in a pipeline through the adapters of
+:mod:`wdspipes.pipes.torch_stages`. Importing this package loads torch.
 """
 
-from wdspipes.pipes import read, samples  # noqa: F401  (registration)
+from wdspipes.pipes import datapipe, read, samples, torch_stages  # noqa: F401  (registration)
 from wdspipes.pipes.torch_names import install
 
 install()  # the names torch and torchdata own, called webdataset's way on wdspipes' DataPipes

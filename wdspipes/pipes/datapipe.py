@@ -1,80 +1,42 @@
-"""The base class of every wdspipes stage, and how stages get their functional names."""
+"""The DataPipe front end of every stage, made from its class, and the functional names,
+registered on ``IterDataPipe`` from the one table (:func:`wdspipes.core.protocol.register`).
+
+A stage class's front end (``StageClass.DataPipe``) is the class with :class:`StageDataPipe`
+(torch's ``IterDataPipe``) added: made once, on first use, never written by hand. A stage built
+on one of torch's DataPipes is built as its front end, so a pipeline of DataPipes is DataPipes
+throughout, and ``source.<name>(...)`` builds the stage registered under ``name`` on any
+DataPipe.
+
+>>> from wdspipes.read.opener import ShardOpener
+>>> front = ShardOpener.DataPipe
+>>> front.__name__, front.__mro__[1] is ShardOpener, issubclass(front, IterDataPipe)
+('ShardOpener', True, True)
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import types
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 from torch.utils.data import IterDataPipe
+from torch.utils.data.datapipes.iter import IterableWrapper
 
-from wdspipes.core.stage import CoreStage, Sample, set_front_end
+from wdspipes.core.protocol import registered, set_front_ends
+from wdspipes.core.stage import Sample, Stage
 from wdspipes.loaders.compat import fix_dataloader2
 from wdspipes.pipes.pickling import restored_state, stage_state
-from wdspipes.state.protocol import functional_names, name_stage
 
-__all__ = [
-    "Sample",
-    "StageDataPipe",
-    "front_end",
-    "functional_stage",
-    "registered_stage",
-    "webdataset_call",
-]
+__all__ = ["Sample", "StageDataPipe", "front_end", "webdataset_call"]
 
+T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
-C = TypeVar("C", bound=type)
 
 
-def functional_stage(name: str) -> Callable[[C], C]:
-    """Register a stage class under a functional name, so ``source.<name>(...)`` builds it.
-
-    As torch's ``functional_datapipe``, but the registered function takes the upstream DataPipe
-    positionally only: torch's passes its own arguments by name (``cls``, ``source_dp``), and
-    ``source.map_dict(cls=int)`` would fail on them. A name already taken is an error, as in
-    torch, so wdspipes never replaces a torch or torchdata stage.
-    """
-
-    def register(cls: C) -> C:
-        if not issubclass(cls, IterDataPipe):
-            raise TypeError(f"{cls.__name__} is not an IterDataPipe")
-        if name in IterDataPipe.functions:
-            raise RuntimeError(f"the functional name {name!r} is already taken")
-
-        def build(source: IterDataPipe[Any], /, *args: Any, **kwargs: Any) -> Any:
-            return cls(source, *args, **kwargs)  # type: ignore[call-arg]
-
-        build.__doc__ = _core_of(cls).__doc__
-        build.__name__ = build.__qualname__ = name
-        build._wds_stage = cls  # type: ignore[attr-defined]
-        IterDataPipe.register_function(name, build)
-        name_stage(name, cls)
-        return front_end(cls)
-
-    return register
+_CALLS: dict[str, Any] = {}
 
 
-def front_end(cls: C) -> C:
-    """Record ``cls``, a DataPipe, as the front end of its core class (its first base that is
-    a :class:`~wdspipes.core.stage.CoreStage` but no DataPipe), which a pipeline of DataPipes
-    builds in its place (:func:`~wdspipes.core.stage.front_end_of`). Returns ``cls``."""
-    core = _core_of(cls)
-    if core is not cls:
-        set_front_end(core, cls)
-    return cls
-
-
-def _core_of(cls: type) -> type:
-    """The core class of a front end ``cls``; ``cls`` itself for a DataPipe without one."""
-    for base in cls.__bases__:
-        if issubclass(base, CoreStage) and not issubclass(base, IterDataPipe):
-            return base
-    return cls
-
-
-_CALLS: dict[str, Callable[..., Any]] = {}
-
-
-def webdataset_call(name: str, call: Callable[..., Any]) -> None:
+def webdataset_call(name: str, call: Any) -> None:
     """Have ``stage.<name>(...)`` on every wdspipes stage run ``call(stage, *args, **kwargs)``:
     for the names torch and torchdata own that webdataset's fluid interface calls its own way
     (``shuffle``, ``map``, ``slice``, ``repeat``; see :mod:`wdspipes.pipes.torch_names`,
@@ -90,28 +52,29 @@ def _webdataset_call(name: str, stage: IterDataPipe[Any], args: Any, kwargs: Any
     return call(stage, *args, **kwargs)
 
 
-def registered_stage(name: str) -> type | None:
-    """The wdspipes class registered under functional name ``name``, if any."""
-    return functional_names().get(name)
+def as_datapipe(source: Iterable[T]) -> Iterable[T]:
+    """A source as a front end reads it: a DataPipe as it is, a plain iterable wrapped (not
+    copied) in torch's ``IterableWrapper``, as torch's graph traversal expects."""
+    if isinstance(source, IterDataPipe):
+        return source
+    return IterableWrapper(source, deepcopy=False)
 
 
-class StageDataPipe(CoreStage[T_co], IterDataPipe[T_co]):
-    """The base of every wdspipes DataPipe: its state follows the state protocol (its core
-    class's, :class:`~wdspipes.core.stage.CoreStage`), it carries webdataset's calls of the
-    names torch owns, and it mends DataLoader2 before DataLoader2 can run it.
+class StageDataPipe(IterDataPipe[T_co]):
+    """What a stage's front end adds to its class: it is an ``IterDataPipe``, it carries
+    webdataset's calls of the names torch owns, and it mends DataLoader2 before DataLoader2 can
+    run it.
 
-    A front end subclasses its core class and this, and inherits ``__iter__``: torch wraps
-    only an ``__iter__`` defined in a DataPipe class's own body, with per-item bookkeeping
-    (profiling, a count of items, one valid iterator at a time), so a front end adds nothing
-    per item. A DataPipe that defines ``__iter__`` itself is wrapped, and, for each item,
-    torch checks ``hasattr(datapipe, "_is_child_datapipe")``; on a plain IterDataPipe that
-    lookup fails through ``IterDataPipe.__getattr__``, which costs more than most stages' own
-    work. Our stages are not the children of ``fork`` or ``demux``; saying so makes the check
-    a class-attribute read.
+    A front end inherits ``__iter__`` from its stage class: torch wraps only an ``__iter__``
+    defined in a DataPipe class's own body, with per-item bookkeeping (profiling, a count of
+    items, one valid iterator at a time), so a front end adds nothing per item. For each item
+    torch's hooks would also look up ``_is_child_datapipe``; on a plain IterDataPipe that lookup
+    fails through ``IterDataPipe.__getattr__``, which costs more than most stages' own work.
+    Our stages are not the children of ``fork`` or ``demux``; saying so makes any such check a
+    class-attribute read.
 
     Torch's graph traversal pickles only a stage's upstream DataPipes, and functions cross to
     worker processes through dill where plain pickle cannot (see :mod:`wdspipes.pipes.pickling`).
-
     Pickling a stage mends DataLoader2's multiprocessing if torchdata is loaded (see
     :func:`wdspipes.loaders.compat.fix_dataloader2`): DataLoader2 pickles the graph it is given
     before it starts any worker; unpickling one mends it in a spawned worker.
@@ -149,3 +112,48 @@ class StageDataPipe(CoreStage[T_co], IterDataPipe[T_co]):
     def __setstate__(self, state: Any) -> None:
         fix_dataloader2()  # a spawned worker process: its prefetch buffer is mended too
         self.__dict__.update(restored_state(state))
+
+
+def front_end(cls: type) -> type:
+    """The DataPipe front end of stage class ``cls``: made once, and kept on the class (as
+    ``cls.DataPipe``, where pickle finds it); ``cls`` itself for a DataPipe or a class that is
+    no stage."""
+    if not isinstance(cls, type) or not issubclass(cls, Stage) or issubclass(cls, IterDataPipe):
+        return cls
+    made: type | None = cls.__dict__.get("_wds_front_end")
+    if made is None:
+        body = {
+            "__module__": cls.__module__,
+            "__qualname__": f"{cls.__qualname__}.DataPipe",
+            "__doc__": f"The DataPipe of :class:`{cls.__module__}.{cls.__qualname__}`.",
+            "_as_source": staticmethod(as_datapipe),
+        }
+        made = types.new_class(
+            cls.__name__, (cls, StageDataPipe), exec_body=lambda ns: ns.update(body)
+        )
+        type.__setattr__(cls, "_wds_front_end", made)
+    return made
+
+
+def _register(name: str, cls: type) -> None:
+    """Register stage ``cls`` under its functional name on ``IterDataPipe``, so that
+    ``source.<name>(...)`` builds its front end. As torch's ``functional_datapipe``, but the
+    registered function takes the upstream DataPipe positionally only: torch's passes its own
+    arguments by name (``cls``, ``source_dp``), and ``source.map_dict(cls=int)`` would fail on
+    them. A name torch or torchdata own is an error, so wdspipes never replaces theirs.
+    """
+    known = IterDataPipe.functions.get(name)
+    if known is not None and getattr(known, "_wds_stage", None) is None:
+        raise RuntimeError(f"the functional name {name!r} is already taken")
+
+    def build(source: IterDataPipe[Any], /, *args: Any, **kwargs: Any) -> Any:
+        return front_end(cls)(source, *args, **kwargs)
+
+    build.__doc__ = cls.__doc__
+    build.__name__ = build.__qualname__ = name
+    build._wds_stage = cls  # type: ignore[attr-defined]
+    IterDataPipe.register_function(name, build)
+
+
+set_front_ends(front_end)
+registered(_register)

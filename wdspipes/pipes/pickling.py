@@ -2,7 +2,7 @@
 
 Two things pickle a stage. Torch's graph traversal (``traverse_dps``, which the loaders run as they
 seed and split a pipeline, workers or not; wdspipes' own traversals do not pickle: see
-:mod:`wdspipes.state.graph`) pickles each stage with a hook that should keep only the upstream
+:mod:`wdspipes.core.engine`) pickles each stage with a hook that should keep only the upstream
 DataPipes; but torch's hook keeps every list, tuple and dict too, so the functions held in one
 (``map_tuple``'s, ``map_dict``'s, ``decode``'s handlers) were pickled there, and a lambda failed
 under a loader even without a worker process. :func:`stage_state` hands that traversal only the
@@ -38,6 +38,8 @@ from types import ModuleType
 from typing import Any
 
 from torch.utils.data import IterDataPipe, MapDataPipe
+
+from wdspipes.core.protocol import functional_name
 
 __all__ = ["PickledFunctions", "dill_module", "restored_state", "stage_state"]
 
@@ -132,10 +134,8 @@ def _items(value: Any) -> Iterator[tuple[str, Any]]:
 def _stage_name(stage: IterDataPipe[Any]) -> str:
     """``map_tuple (TupleMapper)``: the functional name, where the class has one, and class."""
     cls = type(stage)
-    for name, build in IterDataPipe.functions.items():
-        if getattr(build, "_wds_stage", None) is cls:
-            return f"{name} ({cls.__name__})"
-    return cls.__name__
+    name = functional_name(cls)
+    return cls.__name__ if name is None else f"{name} ({cls.__name__})"
 
 
 def _is_function(value: Any) -> bool:

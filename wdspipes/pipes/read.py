@@ -1,6 +1,6 @@
 """The DataPipes of the read path: shard lists, their split among ranks and workers, the
 opener and the readers (tar members, samples, CBOR and msgpack stream shards), each the front
-end of its core class in :mod:`wdspipes.read`.
+end of its stage class in :mod:`wdspipes.read` (``StageClass.DataPipe``), by its name.
 
 >>> import wdspipes as wds
 >>> type(wds.ShardList("a.tar").open_shards()).__mro__[1]
@@ -15,13 +15,10 @@ from typing import Any
 from torch.utils.data import IterDataPipe
 from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
+from wdspipes.core.engine import upstream_of
 from wdspipes.io.items import ShardItem
-from wdspipes.pipes.datapipe import Sample, StageDataPipe, front_end, functional_stage
 from wdspipes.read import directory, grouping, opener, shards, stream_shards, tar
-from wdspipes.read.opener import OpenedShard
 from wdspipes.read.specs import ShardSpec
-from wdspipes.read.walk import TarMember
-from wdspipes.state.graph import sharding_filter_of
 
 __all__ = [
     "CborLoader",
@@ -42,54 +39,19 @@ __all__ = [
 ]
 
 
-@front_end
-class ShardList(shards.ShardList, StageDataPipe[ShardItem]):
-    """The DataPipe of :class:`wdspipes.read.shards.ShardList`."""
-
+ShardList = shards.ShardList.DataPipe
+ShardLister = shards.ShardLister.DataPipe
+ShardResampler = shards.ShardResampler.DataPipe
+ShardOpener = opener.ShardOpener.DataPipe
+TarLoader = tar.TarLoader.DataPipe
+SampleGrouper = grouping.SampleGrouper.DataPipe
+CborLoader = stream_shards.CborLoader.DataPipe
+MsgpackLoader = stream_shards.MsgpackLoader.DataPipe
+ShardClaimer = directory.ShardClaimer.DataPipe
 
 SimpleShardList = ShardList
 """webdataset's name for :class:`ShardList`, for use in ``DataPipeline(...)``. It yields URL
 strings where webdataset's yields ``{"url": ...}`` dicts (see :mod:`wdspipes.io.items`)."""
-
-
-@functional_stage("list_shards")
-class ShardLister(shards.ShardLister, StageDataPipe[ShardItem]):
-    """The DataPipe of :class:`wdspipes.read.shards.ShardLister`."""
-
-
-@functional_stage("resample_shards")
-class ShardResampler(shards.ShardResampler, StageDataPipe[ShardItem]):
-    """The DataPipe of :class:`wdspipes.read.shards.ShardResampler`."""
-
-
-@functional_stage("open_shards")
-class ShardOpener(opener.ShardOpener, StageDataPipe[OpenedShard]):
-    """The DataPipe of :class:`wdspipes.read.opener.ShardOpener`."""
-
-
-@functional_stage("load_tar")
-class TarLoader(tar.TarLoader, StageDataPipe[TarMember]):
-    """The DataPipe of :class:`wdspipes.read.tar.TarLoader`."""
-
-
-@functional_stage("group_samples")
-class SampleGrouper(grouping.SampleGrouper, StageDataPipe[Sample]):
-    """The DataPipe of :class:`wdspipes.read.grouping.SampleGrouper`."""
-
-
-@functional_stage("load_cbor")
-class CborLoader(stream_shards.CborLoader, StageDataPipe[Sample]):
-    """The DataPipe of :class:`wdspipes.read.stream_shards.CborLoader`."""
-
-
-@functional_stage("load_msgpack")
-class MsgpackLoader(stream_shards.MsgpackLoader, StageDataPipe[Sample]):
-    """The DataPipe of :class:`wdspipes.read.stream_shards.MsgpackLoader`."""
-
-
-@functional_stage("claim_shards")
-class ShardClaimer(directory.ShardClaimer, StageDataPipe[dict[str, str]]):
-    """The DataPipe of :class:`wdspipes.read.directory.ShardClaimer`."""
 
 
 def ResampledShards(
@@ -139,8 +101,9 @@ class ShardSplit:
 
 def is_split(datapipe: IterDataPipe[Any]) -> bool:
     """Whether ``datapipe`` is, or reads from, a core sharding filter."""
-    return isinstance(datapipe, ShardingFilterIterDataPipe) or (
-        sharding_filter_of(datapipe) is not None
+    return any(
+        isinstance(stage, ShardingFilterIterDataPipe)
+        for stage in (datapipe, *upstream_of(datapipe))
     )
 
 

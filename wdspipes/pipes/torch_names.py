@@ -39,14 +39,15 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from torch.utils.data import IterDataPipe
 
 from wdspipes.errors import TorchNameWarning
 from wdspipes.pipes.datapipe import webdataset_call
-from wdspipes.pipes.samples import BufferShuffler, EpochRepeater, ItemSlicer, SampleMapper
-from wdspipes.samples.shuffle import seed_from
+from wdspipes.samples.epochs import EpochRepeater
+from wdspipes.samples.fields import ItemSlicer, SampleMapper
+from wdspipes.samples.shuffle import BufferShuffler, seed_from
 
 __all__ = ["install"]
 
@@ -80,7 +81,8 @@ def _webdataset_shuffle(
         raise TypeError(f"shuffle(size): size must be an int, got {size!r}")
     if size < 1:  # webdataset: no shuffle
         return source
-    return BufferShuffler(source, bufsize=size, initial=initial, seed=seed_from(rng, seed))
+    shuffled = BufferShuffler(source, bufsize=size, initial=initial, seed=seed_from(rng, seed))
+    return cast(IterDataPipe[Any], shuffled)
 
 
 def _map(theirs: Theirs, source: IterDataPipe[Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -95,8 +97,8 @@ def _map(theirs: Theirs, source: IterDataPipe[Any], /, *args: Any, **kwargs: Any
 
 def _webdataset_map(
     source: IterDataPipe[Any], fn: Callable[[Any], Any], *, handler: Any
-) -> SampleMapper:
-    return SampleMapper(source, fn, handler=handler)
+) -> IterDataPipe[Any]:
+    return cast(IterDataPipe[Any], SampleMapper(source, fn, handler=handler))
 
 
 class TorchMapFunction:
@@ -185,8 +187,9 @@ def _webdataset_repeat(
 ) -> IterDataPipe[Any]:
     """As webdataset's ``DataPipeline.repeat``: ``nepochs`` below 1 for no end; ``nbatches``
     above 0 ends it after that many items, unless it is one epoch."""
-    repeated: IterDataPipe[Any] = EpochRepeater(source, None if nepochs < 1 else nepochs)
-    return ItemSlicer(repeated, nbatches) if nbatches > 0 and nepochs != 1 else repeated
+    repeated = EpochRepeater(source, None if nepochs < 1 else nepochs)
+    sliced = ItemSlicer(repeated, nbatches) if nbatches > 0 and nepochs != 1 else repeated
+    return cast(IterDataPipe[Any], sliced)
 
 
 _CALLS: dict[str, Callable[..., Any]] = {

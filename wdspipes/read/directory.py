@@ -29,13 +29,15 @@ import random
 import re
 import time
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import braceexpand
 
+from wdspipes.core.context import EpochContext
 from wdspipes.core.processes import alive
-from wdspipes.core.stage import CoreStage, core_stage, front_end_of
+from wdspipes.core.protocol import register, stage_name
+from wdspipes.core.stage import Stage
 from wdspipes.errors import ResumeError
-from wdspipes.state.protocol import stage_name
 
 __all__ = ["DirectoryShardList", "ShardClaimer"]
 
@@ -45,8 +47,8 @@ _CLAIMED = re.compile(r"^(.*)\._(\d+)_$")
 _LAST_EXTENSION = re.compile(r"\.[^.]*$")
 
 
-@core_stage("claim_shards")
-class ShardClaimer(CoreStage[dict[str, str]]):
+@register("claim_shards")
+class ShardClaimer(Stage[dict[str, str]]):
     """Take shards from directories that producers fill (functional name: ``claim_shards``).
 
     Each directory of the source is read in turn: its shards are claimed one at a time, as
@@ -114,9 +116,11 @@ class ShardClaimer(CoreStage[dict[str, str]]):
         self.select = select
         self.fate = fate
 
-    def __iter__(self) -> Iterator[dict[str, str]]:
+    def open(
+        self, source: Iterable[str], context: EpochContext, part: Any = None
+    ) -> Iterator[dict[str, str]]:
         rng = random.Random()  # which file to try: fresh in every process, or all would race
-        for path in self.source_datapipe:
+        for path in source:
             yield from self._claims(path, rng)
 
     def _claims(self, path: str, rng: random.Random) -> Iterator[dict[str, str]]:
@@ -175,14 +179,10 @@ class ShardClaimer(CoreStage[dict[str, str]]):
                     with contextlib.suppress(FileNotFoundError):  # put back by another reader
                         os.rename(claimed, match.group(1))
 
-    def get_state(self) -> None:
-        """Refused: the stage is neither :attr:`restartable` nor a reader, since the shards
-        it reads are consumed as it goes.
-
-        Raises:
-            ResumeError: always, naming the stage.
-        """
-        raise ResumeError(
+    def refusal(self) -> ResumeError:
+        """It cannot resume (it declares no way to): the shards it reads are consumed as it
+        goes."""
+        return ResumeError(
             f"{stage_name(self)} (DirectoryShardList) cannot save its place: the shards "
             "it reads are claimed and consumed as it goes, and cannot be read again"
         )
@@ -215,7 +215,7 @@ def DirectoryShardList(
     """
     if not os.path.isdir(path):
         raise NotADirectoryError(f"DirectoryShardList: {path!r} is not a directory")
-    claimer: type[ShardClaimer] = front_end_of(ShardClaimer)
+    claimer: type[ShardClaimer] = ShardClaimer.DataPipe
     return claimer(
         [path],
         pattern=pattern,

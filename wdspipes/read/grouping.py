@@ -11,9 +11,11 @@ import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from wdspipes.core.curried import Stage, stage_factory
+from wdspipes.core.context import EpochContext
+from wdspipes.core.curried import Curried, stage_factory
 from wdspipes.core.names import is_meta, split_name
-from wdspipes.core.stage import Sample, core_stage, offered
+from wdspipes.core.protocol import register
+from wdspipes.core.stage import Sample
 from wdspipes.errors import (
     DuplicateFieldError,
     Handler,
@@ -25,15 +27,15 @@ from wdspipes.errors import (
 from wdspipes.io.items import ShardItem
 from wdspipes.io.urls import ByteStream
 from wdspipes.read.opener import ShardOpener
-from wdspipes.read.positions import END, SampleReader, ShardCursor, opener_of
+from wdspipes.read.positions import END, Partials, ReaderEpoch, SampleReader, ShardCursor
 from wdspipes.read.shards import ShardList
-from wdspipes.read.tar import TarLoader
+from wdspipes.read.tar import TarEpoch, TarLoader
 from wdspipes.read.walk import Member, TarMember, TarWalk
 
-__all__ = ["SampleGrouper", "group_by_keys", "tar_samples"]
+__all__ = ["GroupEpoch", "SampleGrouper", "group_by_keys", "tar_samples"]
 
 
-@core_stage("group_samples")
+@register("group_samples")
 class SampleGrouper(SampleReader):
     """Group consecutive members with one key into a sample (functional name: ``group_samples``).
 
@@ -70,22 +72,51 @@ class SampleGrouper(SampleReader):
     def __init__(
         self, source_datapipe: Iterable[TarMember], handler: Handler = reraise_exception
     ) -> None:
-        super().__init__()  # the resume bookkeeping: see wdspipes.read.positions
+        super().__init__()
         self.source_datapipe = source_datapipe
         self.handler = handler
 
+    def open(
+        self, source: Iterable[TarMember], context: EpochContext, part: Any = None
+    ) -> GroupEpoch:
+        return GroupEpoch(self, source, context, self.resume_of(part))
+
+
+class GroupEpoch(ReaderEpoch):
+    """An epoch of ``group_samples`` (see :class:`~wdspipes.read.positions.ReaderEpoch`). The
+    members of a ``load_tar`` right before it are read as plain tuples (its epoch's
+    ``members``), which also tells it of shards that fail; it resumes only so."""
+
+    name = "SampleGrouper (group_samples)"
+
+    def __init__(
+        self,
+        stage: SampleGrouper,
+        source: Iterable[TarMember],
+        context: EpochContext,
+        resume: list[int] | str | Partials | None,
+    ) -> None:
+        super().__init__(source, context, resume)
+        self.handler = stage.handler
+        self.loader = source if type(source) is TarEpoch else None
+
+    def _refusal(self) -> ResumeError | None:
+        if self.loader is None or self.log is None or self.log.open_again is None:
+            return ResumeError(
+                f"{self.name} can resume only when it reads load_tar right after open_shards"
+            )
+        return None
+
     def __iter__(self) -> Iterator[Sample]:
-        source = self.source_datapipe
         starts, replay = self._begin()
         cursor = self.cursor
-        loader = _tar_loader_of(source)
-        if loader is not None:
-            # Members as plain tuples, straight from an upstream TarLoader (see its
-            # iter_members), which also tells of failed shards.
+        if self.loader is not None:
+            # Members as plain tuples, straight from the tar loader, which also tells of failed
+            # shards.
             offsets = {index: place[0] for index, place in starts.items()}
-            upstream: Iterator[Member] = loader.iter_members(cursor, offsets)
+            upstream: Iterator[Member] = self.loader.members(cursor, offsets)
         else:
-            upstream = iter(source)
+            upstream = iter(self.source)
         try:
             members = yield from self._replay_first(upstream, replay)
             yield from self._grouped(members, cursor)
@@ -201,25 +232,11 @@ class SampleGrouper(SampleReader):
         parts = None if name is None else split_name(name)
         return offset if parts is not None and parts[0] != key else None
 
-    def _opener(self) -> ShardOpener:
-        return self._loader()[1]
-
-    def _loader(self) -> tuple[TarLoader, ShardOpener]:
-        """The ``load_tar`` stage this reader reads, and the ``open_shards`` stage it reads;
-        ResumeError if the graph is another."""
-        loader = _tar_loader_of(self.source_datapipe)
-        opener = None if loader is None else opener_of(loader.source_datapipe)
-        if loader is None or opener is None:
-            raise ResumeError(
-                f"{type(self).__name__} (group_samples) can resume only when it reads load_tar "
-                "right after open_shards"
-            )
-        return loader, opener
-
     def _collect(
         self, stream: ByteStream, url: str, offsets: list[int], cursor: ShardCursor
     ) -> dict[int, Sample]:
-        options = self._loader()[0].walk_options()
+        assert self.loader is not None  # it resumes only so
+        options = self.loader.stage.walk_options()
         samples: dict[int, Sample] = {}
         if getattr(stream, "seekable", lambda: False)():
             for offset in offsets:
@@ -267,18 +284,10 @@ def tar_samples(
     return SampleGrouper(TarLoader(opened, handler=handler, ignore_zeros=ignore_zeros), handler)
 
 
-def _tar_loader_of(source: object) -> TarLoader | None:
-    """The tar loader ``source`` is, where it offers itself as one whose items are its members
-    as :meth:`TarLoader.iter_members` gives them (``source.tar_loader()``), so that the reader
-    may read them from there and resume in it; None for any other source."""
-    loader: TarLoader | None = offered(source, "tar_loader")
-    return loader
-
-
 @stage_factory
-def group_by_keys(handler: Handler = reraise_exception) -> Stage:
+def group_by_keys(handler: Handler = reraise_exception) -> Curried:
     """The grouper stage for ``DataPipeline(...)``: ``group_samples(handler=handler)``."""
-    return Stage(SampleGrouper, handler=handler)
+    return Curried(SampleGrouper, handler=handler)
 
 
 def _quiet_walk(stream: ByteStream, url: str, start: int, options: dict[str, Any]) -> Any:

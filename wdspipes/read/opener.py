@@ -5,12 +5,15 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from wdspipes.core.curried import Stage, stage_factory
+from wdspipes.core.context import EpochContext, ShardLog
+from wdspipes.core.curried import Curried, stage_factory
 from wdspipes.core.distributed import check_split, warn_idle_reader
-from wdspipes.core.stage import CoreStage, core_stage
+from wdspipes.core.elastic import ShardSet, owned
+from wdspipes.core.protocol import AllReaders, Epoch, Resumes, register
+from wdspipes.core.stage import Stage
 from wdspipes.errors import (
     Handler,
     ResumeError,
@@ -34,12 +37,8 @@ from wdspipes.io.pipe import Commands, commands_policy
 from wdspipes.io.readahead import Lookahead, Prefetcher, ReadAhead, ReadStats, readahead_config
 from wdspipes.io.urls import ByteStream, ShardStream, check_url, close_quietly, open_url
 from wdspipes.redaction import RedactedOptions, redact
-from wdspipes.state.checkpoint import layout_of
-from wdspipes.state.elastic import ShardSet, owned
-from wdspipes.state.graph import sharding_filter_of
-from wdspipes.state.protocol import AllReaders
 
-__all__ = ["ALL", "OpenedShard", "ResumeTarget", "ShardOpener", "opened", "url_opener"]
+__all__ = ["ALL", "OpenEpoch", "OpenedShard", "ResumeTarget", "ShardOpener", "opened", "url_opener"]
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +58,8 @@ def opened(item: ShardItem, stream: ByteStream) -> OpenedShard:
     return {**item, "url": redact(shard_url(item)), "stream": stream}
 
 
-@core_stage("open_shards")
-class ShardOpener(CoreStage[OpenedShard]):
+@register("open_shards")
+class ShardOpener(Stage[OpenedShard]):
     """Open each shard of the source (functional name: ``open_shards``).
 
     The source yields shard items: URL strings, or dicts with the URL under ``"url"`` as
@@ -77,8 +76,8 @@ class ShardOpener(CoreStage[OpenedShard]):
     as without it. :attr:`read_stats` tells how long this reader waited for the network.
 
     As each epoch begins it checks how the sharding filter upstream splits the shards among
-    ranks and workers (see :func:`wdspipes.distributed.check_split`): a rank left without a
-    shard is an error, an uneven split a warning.
+    ranks and workers (see :func:`wdspipes.core.distributed.check_split`): a rank left without
+    a shard is an error, an uneven split a warning.
 
     With ``cache_dir``, remote shards (every URL but local paths, ``file:`` URLs and ``-``;
     ``pipe:`` URLs included) are cached there: the first reader of a shard reads it from its
@@ -131,7 +130,8 @@ class ShardOpener(CoreStage[OpenedShard]):
     [('pipe:printf hi', 'en', b'hi')]
     """
 
-    restartable = True
+    resumes = Resumes.FROM_START
+    shares = True
 
     def __init__(
         self,
@@ -156,160 +156,31 @@ class ShardOpener(CoreStage[OpenedShard]):
         self.commands = commands
         self.readahead = readahead_config(readahead)
         self.read_stats: ReadStats | None = None
-        """What this reader read ahead in its current (or last) epoch in this process, and how
-        long it waited for it; None without read-ahead."""
-        # Resume bookkeeping (see wdspipes.state.checkpoint): the shards taken this epoch, the
-        # index of the last in the epoch's shard list and a checksum of their URLs; the shards
-        # the readers of a merged state began; what a restored state asks of the next
-        # iteration; and the items of shards to read again.
-        self.taken = 0
-        self.index = -1
-        self.digest = 0
-        self.layout = (1, 0)
-        self.began: ShardSet | None = None
-        self._restored: _Restored | None = None
-        self._target: ResumeTarget | None = None
-        self.replay_items: dict[int, ShardItem] = {}
+        """What this opener read ahead in its last epoch opened in this process, and how long it
+        waited for it (see :class:`~wdspipes.io.readahead.ReadStats`); None without
+        read-ahead."""
 
-    def __iter__(self) -> Iterator[OpenedShard]:
-        expected = check_split(self)
-        if self.cache is not None:
-            self.cache.make_directory()
-        self.layout = layout_of(self)
-        restored, self._restored = self._restored, None
-        target, self._target = self._target, None
-        self.began = restored.began if restored is not None else None
-        if target is None and self.began is not None:
-            target = ResumeTarget(None, set(), set(), {})
-        self.taken = self.digest = 0
-        self.index = -1
-        self.replay_items = {}
-        items = Lookahead(self.source_datapipe)
-        if target is not None:
-            self._note_replay_items(items, target)
-        ahead = None
-        if self.readahead is not None:
-            skipped = None if target is None else target.skipped_at(self.layout, self.began)
-            ahead = Prefetcher(self.readahead, self._open_item, items, _url_or_none, skipped)
-        self.read_stats = None if ahead is None else ahead.stats
-        try:
-            yield from self._open_each(items, ahead, target, restored, expected)
-        finally:
-            if ahead is not None:
-                ahead.close()  # stops and joins its threads
-
-    def _open_each(
-        self,
-        items: Lookahead[ShardItem],
-        ahead: Prefetcher | None,
-        target: ResumeTarget | None,
-        restored: _Restored | None,
-        expected: int | None,
-    ) -> Iterator[OpenedShard]:
-        """The epoch: each shard of ``items`` opened in turn (through ``ahead`` if any), those
-        that ``target`` skips passed by."""
-        readers, reader = self.layout
-        received = 0
-        open_shard = self._open_item if ahead is None else ahead.open
-        for item in items:
-            received += 1
-            self.index = reader + self.taken * readers
-            self.taken += 1
-            try:
-                url: str | None = shard_url(item)
-            except ShardItemError:
-                url = None  # reported where the shard would have been opened
-            if url is not None:
-                self.digest = url_check(url, self.digest)
-            if target is not None:
-                if target.skips(self, item, url, restored):
-                    continue
-                if target.done:
-                    target = None
-            try:
-                stream = open_shard(item)
-            except (ShardOpenError, ShardItemError) as exn:
-                if handle(self.handler, exn):
-                    continue
-                return
-            try:
-                yield opened(item, stream)
-            finally:
-                close_quietly(stream)
-        if target is not None:
-            target.ended(self, restored)
-        if expected is None and not received:
-            warn_idle_reader(self)
-
-    def _note_replay_items(self, items: Lookahead[ShardItem], target: ResumeTarget) -> None:
-        """Note the items of the shards ``target`` reads again, ahead of the first shard opened
-        (with the shards split another way, they may come after it): looked at in ``items``,
-        not taken."""
-        readers, reader = self.layout
-        for taken, item in enumerate(items.upcoming(target.ahead(self.layout))):
-            index = reader + taken * readers
-            if index in target.wanted:
-                self.replay_items[index] = item
-
-    def get_state(self) -> dict[str, Any]:
-        """How many shards this reader took this epoch, a checksum of their URLs, how the
-        shards are split (``[readers, reader]``) and, in an epoch restored from a merged state,
-        the shards its readers began. Restored, the opener reads the shard list again from
-        its start and skips to the shard the reader after it asks for (:meth:`resume_at`),
-        checking that it skipped the same shards; merged, it skips the shards begun."""
-        return {
-            "taken": self.taken,
-            "digest": self.digest,
-            "split": list(self.layout),
-            "began": None if self.began is None else self.began.to_state(),
-        }
-
-    def set_state(self, state: Any) -> None:
-        if isinstance(state, AllReaders):
-            split = sharding_filter_of(self)
-            if split is not None and self.source_datapipe is not split:
+    def open(
+        self, source: Iterable[ShardItem], context: EpochContext, part: Any = None
+    ) -> OpenEpoch:
+        if isinstance(part, AllReaders):
+            if context.split is not None and not context.reads_split:
                 raise ResumeError(
                     f"{type(self).__name__} (open_shards) reads the sharding filter through "
                     f"{type(self.source_datapipe).__name__}: to resume with the shards split "
-                    "among another number of readers it must read the filter directly (a "
-                    "shard is known by its index in the filter's list)"
+                    "among another number of readers it must read the filter directly (a shard "
+                    "is known by its index in the filter's list)"
                 )
-            self._restored = _Restored(None, began_by(state.parts))
+            restored: _Restored | None = _Restored(None, began_by(part.parts))
+        elif part is not None:
+            restored = _Restored((part["taken"], part["digest"]), None)
+            if part["began"] is not None:
+                restored.began = ShardSet.from_state(part["began"])
         else:
-            self._restored = _Restored((state["taken"], state["digest"]), None)
-            if state["began"] is not None:
-                self._restored.began = ShardSet.from_state(state["began"])
-
-    def shard_opener(self) -> ShardOpener:
-        """The stage that opens the shards this stage yields: itself. A reader finds the
-        opener it reads by this capability (:func:`~wdspipes.read.positions.opener_of`), not
-        by its class: it numbers its shards as the opener does (:attr:`index`) and, restored,
-        asks it to skip the shards read already (:meth:`resume_at`)."""
-        return self
-
-    def resume_at(
-        self,
-        start: int | None,
-        wanted: Collection[int] = (),
-        reopen: Collection[int] = (),
-        checks: Mapping[int, int] | None = None,
-    ) -> None:
-        """Next iteration, skip the shards read already, noting the items of the shards at
-        indexes ``wanted`` in :attr:`replay_items`: the link a restored reader makes with the
-        opener it reads. The reader goes on in the shard at index ``start`` (:data:`ALL`: it
-        had read all its shards), so the shards before it are skipped; in an epoch restored
-        from a merged state (``start`` None), the shards some reader began are skipped, but
-        those at ``reopen``. The URL of a shard at an index in ``checks`` must have that
-        checksum (CRC-32)."""
-        self._target = ResumeTarget(start, set(wanted), set(reopen), dict(checks or {}))
-
-    def set_seed(self, seed: int) -> None:
-        """A loader begins an epoch: a state loaded before is dropped (see
-        wdspipes.state.checkpoint), and the bookkeeping is the new epoch's."""
-        self._restored = self._target = None
-        self.began = None
-        self.taken = self.digest = 0
-        self.index = -1
+            restored = None
+        epoch = OpenEpoch(self, source, context, restored)
+        self.read_stats = epoch.stats
+        return epoch
 
     def open_again(self, item: ShardItem) -> ByteStream:
         """Open a shard read before (its item), to read some of its samples again."""
@@ -348,6 +219,129 @@ class ShardOpener(CoreStage[OpenedShard]):
         return stream
 
 
+class OpenEpoch(Epoch[OpenedShard]):
+    """An epoch of ``open_shards``: the shards it took (their count, the index of the last in
+    the epoch's list and a checksum of their URLs), how the shards are split, and, restored,
+    what it skips. It notes in its context's :class:`~wdspipes.core.context.ShardLog` the index
+    of each shard it hands out, and the items of those a restored reader reads again.
+
+    Restored, it reads the shard list again from its start and skips to the shard the reader
+    after it asks for (the log's ``target``), checking that it skipped the same shards; from a
+    merged state, it skips the shards begun."""
+
+    def __init__(
+        self,
+        stage: ShardOpener,
+        source: Iterable[ShardItem],
+        context: EpochContext,
+        restored: _Restored | None,
+    ) -> None:
+        self.stage = stage
+        self.source = source
+        self.context = context
+        self.log = context.shards if context.shards is not None else ShardLog()
+        self.log.open_again = stage.open_again
+        split = context.split
+        self.layout = (1, 0) if split is None else split.stream
+        self.restored = restored
+        self.began = None if restored is None else restored.began
+        self.taken = self.digest = 0
+        self.index = -1
+        self.stats = None if stage.readahead is None else ReadStats()
+
+    def __iter__(self) -> Iterator[OpenedShard]:
+        stage, context = self.stage, self.context
+        try:
+            listed: int | None = len(stage.source_datapipe)
+        except TypeError:  # a source that draws without end, or whose length is not known
+            listed = None
+        name = type(stage).__name__
+        expected = check_split(context.split, context.per_worker, listed, name)
+        if stage.cache is not None:
+            stage.cache.make_directory()
+        target, self.log.target = self.log.target, None
+        if target is None and self.began is not None:
+            target = ResumeTarget(None, set(), set(), {})
+        items = Lookahead(self.source)
+        if target is not None:
+            self._note_replay_items(items, target)
+        ahead = None
+        if stage.readahead is not None:
+            skipped = None if target is None else target.skipped_at(self.layout, self.began)
+            ahead = Prefetcher(
+                stage.readahead, stage._open_item, items, _url_or_none, skipped, self.stats
+            )
+        try:
+            yield from self._open_each(items, ahead, target, expected)
+        finally:
+            if ahead is not None:
+                ahead.close()  # stops and joins its threads
+
+    def _open_each(
+        self,
+        items: Lookahead[ShardItem],
+        ahead: Prefetcher | None,
+        target: ResumeTarget | None,
+        expected: int | None,
+    ) -> Iterator[OpenedShard]:
+        """The epoch: each shard of ``items`` opened in turn (through ``ahead`` if any), those
+        that ``target`` skips passed by."""
+        readers, reader = self.layout
+        received = 0
+        stage, log = self.stage, self.log
+        open_shard = stage._open_item if ahead is None else ahead.open
+        for item in items:
+            received += 1
+            self.index = log.index = reader + self.taken * readers
+            self.taken += 1
+            try:
+                url: str | None = shard_url(item)
+            except ShardItemError:
+                url = None  # reported where the shard would have been opened
+            if url is not None:
+                self.digest = url_check(url, self.digest)
+            if target is not None:
+                if target.skips(self, item, url):
+                    continue
+                if target.done:
+                    target = None
+            try:
+                stream = open_shard(item)
+            except (ShardOpenError, ShardItemError) as exn:
+                if handle(stage.handler, exn):
+                    continue
+                return
+            try:
+                yield opened(item, stream)
+            finally:
+                close_quietly(stream)
+        if target is not None:
+            target.ended(self)
+        if expected is None and not received:
+            warn_idle_reader(self.context.split)
+
+    def _note_replay_items(self, items: Lookahead[ShardItem], target: ResumeTarget) -> None:
+        """Note the items of the shards ``target`` reads again, ahead of the first shard opened
+        (with the shards split another way, they may come after it): looked at in ``items``,
+        not taken."""
+        readers, reader = self.layout
+        for taken, item in enumerate(items.upcoming(target.ahead(self.layout))):
+            index = reader + taken * readers
+            if index in target.wanted:
+                self.log.replay_items[index] = item
+
+    def part(self) -> dict[str, Any]:
+        """How many shards this reader took this epoch, a checksum of their URLs, how the
+        shards are split (``[readers, reader]``) and, in an epoch restored from a merged state,
+        the shards its readers began."""
+        return {
+            "taken": self.taken,
+            "digest": self.digest,
+            "split": list(self.layout),
+            "began": None if self.began is None else self.began.to_state(),
+        }
+
+
 def _from_data(item: ShardItem) -> bool:
     """Whether the URL of shard item ``item`` is data: a dict item's ``"url"`` (shard lists
     read from files come as such dicts), not a URL string of the program's shard list."""
@@ -363,7 +357,7 @@ def _url_or_none(item: ShardItem) -> str | None:
 
 
 ALL = sys.maxsize
-"""The ``start`` of :meth:`ShardOpener.resume_at` of a reader that had read all its shards."""
+"""The ``start`` of a :class:`ResumeTarget` of a reader that had read all its shards."""
 
 
 class _Restored:
@@ -399,8 +393,13 @@ def began_by(parts: list[dict[str, Any]]) -> ShardSet:
 
 
 class ResumeTarget:
-    """What a restored reader asks of the opener's next epoch (see
-    :meth:`ShardOpener.resume_at`)."""
+    """What a restored reader asks of the opener's epoch, through their
+    :class:`~wdspipes.core.context.ShardLog`: the reader goes on in the shard at index ``start``
+    (:data:`ALL`: it had read all its shards), so the shards before it are skipped; in an epoch
+    restored from a merged state (``start`` None), the shards some reader began are skipped,
+    but those at ``reopen``. The items of the shards at ``wanted`` are noted in the log's
+    ``replay_items`` (a restored buffer's samples are in them); the URL of a shard at an index
+    in ``checks`` must have that checksum (CRC-32)."""
 
     __slots__ = ("checked", "checks", "done", "reopen", "start", "wanted")
 
@@ -421,14 +420,12 @@ class ResumeTarget:
         readers, reader = layout
         return (max(mine) - reader) // readers + 1 if mine else 0
 
-    def skips(
-        self, opener: ShardOpener, item: ShardItem, url: str | None, restored: _Restored | None
-    ) -> bool:
+    def skips(self, opener: OpenEpoch, item: ShardItem, url: str | None) -> bool:
         """Whether the opener skips ``item``, the shard at ``opener.index``; notes it if it is
         to be read again, and checks its URL."""
         index = opener.index
         if index in self.wanted:
-            opener.replay_items[index] = item
+            opener.log.replay_items[index] = item
         check = self.checks.get(index)
         if check is not None and url_check(url or "") != check:
             raise ResumeError(
@@ -438,7 +435,7 @@ class ResumeTarget:
         if self.start is not None and index < self.start:
             return True
         if index == self.start:
-            self.ended(opener, restored)
+            self.ended(opener)
         if opener.began is None:
             self.done = True
         return self.passes_by(index, opener.began)
@@ -457,10 +454,11 @@ class ResumeTarget:
         readers, reader = layout
         return lambda position: self.passes_by(reader + (position - 1) * readers, began)
 
-    def ended(self, opener: ShardOpener, restored: _Restored | None) -> None:
+    def ended(self, opener: OpenEpoch) -> None:
         """The opener reached the shard to go on at, or the end of its shards: check that it
         skipped the shards read before the state was saved (by count and by a checksum of
         their URLs)."""
+        restored = opener.restored
         saved = None if restored is None else restored.saved
         if self.checked or saved is None or (opener.taken, opener.digest) == saved:
             self.checked = True
@@ -481,11 +479,11 @@ def url_opener(
     storage_options: StorageOptions | None = None,
     commands: Commands | None = None,
     readahead: ReadAhead | bool = True,
-) -> Stage:
+) -> Curried:
     """The opener stage for ``DataPipeline(...)``: ``open_shards(handler=handler, ...)``.
 
     >>> url_opener(cache_dir="/tmp/shards")
     ShardOpener(handler=<function reraise_exception at ...>, cache_dir='/tmp/shards')
     """
     options = opener_options(cache_dir, cache_size, storage_options, commands, readahead)
-    return Stage(ShardOpener, handler=handler, **options)
+    return Curried(ShardOpener, handler=handler, **options)

@@ -8,12 +8,12 @@ them: the same in every reader, see :mod:`wdspipes.state.elastic`) and the byte 
 starts. A reader saves the place of the next sample; a shuffle buffer saves the places of the
 samples it holds, and on restore asks the reader to read those again before it goes on.
 
-A reader is the stage a pipeline resumes around (its
-:attr:`~wdspipes.state.protocol.Resumable.reader`). It links with the stages it works with
-as each of its epochs begins: it tells the stages before its ``open_shards`` that an epoch
-begins (:func:`wdspipes.state.graph.epoch_begins`), asks that opener to skip the shards read
-already (:meth:`~wdspipes.read.opener.ShardOpener.resume_at`), and keeps a
-:class:`~wdspipes.state.protocol.SamplePlaces` up to date for a shuffle buffer after it.
+A reader is the stage a pipeline resumes around (it resumes
+:attr:`~wdspipes.core.protocol.Resumes.AS_READER`). Its context hands it the links it shares
+with the stages it works with: the :class:`~wdspipes.core.context.ShardLog` of the opener
+before it, which numbers the shards and, restored, is told what to skip and opens shards
+again; and the :class:`~wdspipes.core.context.SamplePlaces` it keeps up to date for a shuffle
+buffer after it.
 """
 
 from __future__ import annotations
@@ -23,22 +23,21 @@ import reprlib
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from typing import Any, NamedTuple, TypeVar
 
-from wdspipes.core.stage import CoreStage, Sample, offered
+from wdspipes.core.context import EpochContext, Place, SamplePlaces, ShardLog
+from wdspipes.core.elastic import owned
+from wdspipes.core.protocol import AllReaders, Epoch, Resumes
+from wdspipes.core.stage import Sample, Stage
 from wdspipes.errors import Handler, ResumeError, ShardItemError, WdsError, handle
 from wdspipes.io.items import ShardItem, shard_fields, shard_url, url_check
 from wdspipes.io.urls import ByteStream, close_quietly, shard_failure
-from wdspipes.read.opener import ALL, OpenedShard, ShardOpener
-from wdspipes.state.checkpoint import layout_of
-from wdspipes.state.elastic import owned
-from wdspipes.state.graph import epoch_begins
-from wdspipes.state.protocol import AllReaders, Place, SamplePlaces
+from wdspipes.read.opener import ALL, OpenedShard, ResumeTarget
 
 __all__ = [
     "END",
     "START",
+    "ReaderEpoch",
     "SampleReader",
     "ShardCursor",
-    "opener_of",
     "read_shards",
     "sample_entries",
 ]
@@ -143,6 +142,7 @@ def read_shards(
     cursor: ShardCursor,
     starts: Mapping[int, int] | None = None,
     failed: T | None = None,
+    log: ShardLog | None = None,
 ) -> Iterator[T]:
     """The items of every shard ``source`` opens, shard after shard: the loop that every reader
     of opened shards runs (``load_tar``, ``load_cbor``, ``load_msgpack``).
@@ -159,15 +159,17 @@ def read_shards(
         read: the items of one shard, ``stream`` (named ``url``), from byte ``offset``: 0 but
             in the shards that ``starts`` names.
         handler: what to do when a shard fails: continuing goes on with the next shard.
-        cursor: set to each shard's index (as ``open_shards`` numbers them, if it is the
-            source), local file and sample entries before its first item; when a shard
-            fails, the member and offset that its error names are noted there.
+        cursor: set to each shard's index (as ``open_shards`` numbers them in ``log``, if
+            given; else its number among those read), local file and sample entries before
+            its first item; when a shard fails, the member and offset that its error names
+            are noted there.
         starts: shard index -> byte offset: where to go on from when resuming. Only the
             shards with those indexes begin there: if one cannot be opened any more, the one
             after it begins at its start.
         failed: if given, yielded when a shard fails, before ``handler`` decides: the reader
             after it may drop the sample it was assembling, naming it in ``cursor.dropped``
             for the error.
+        log: the opener's shard log (the reader's context's), by which shards are numbered.
 
     >>> import io
     >>> from wdspipes.errors import reraise_exception
@@ -183,10 +185,10 @@ def read_shards(
     >>> cursor.number
     1
     """
-    opener = opener_of(source)
+    numbered = log is not None and log.open_again is not None  # an opener writes it
     checks = cursor.checks
     for number, shard in enumerate(source):
-        cursor.number = number if opener is None else opener.index
+        cursor.number = log.index if numbered else number  # type: ignore[union-attr]
         try:
             url, stream, fields = _shard_parts(shard)
         except ShardItemError as exn:
@@ -215,20 +217,6 @@ def read_shards(
             close_quietly(stream)
 
 
-def opener_of(source: object) -> ShardOpener | None:
-    """The ``open_shards`` stage that yields ``source``'s items, where ``source`` offers it
-    (``source.shard_opener()``, as :class:`~wdspipes.read.opener.ShardOpener` does); None
-    for any other source (a list of opened shards, torch's stages).
-
-    >>> from wdspipes.read.opener import ShardOpener
-    >>> opener = ShardOpener(["a.tar"])
-    >>> opener_of(opener) is opener, opener_of([])
-    (True, None)
-    """
-    opener: ShardOpener | None = offered(source, "shard_opener")
-    return opener
-
-
 def _dropping(error: Exception, cursor: ShardCursor) -> Exception:
     """``error``, saying which sample the reader dropped, if it did."""
     if cursor.dropped is not None and isinstance(error, WdsError):
@@ -245,29 +233,69 @@ class Partials(NamedTuple):
     checks: dict[int, int]
 
 
-class SampleReader(CoreStage[Sample]):
+class SampleReader(Stage[Sample]):
     """A stage that makes samples of opened shards and knows where each one lives: a reader.
 
-    Subclasses read their shards through :func:`read_shards` with :attr:`cursor`, keep
-    :attr:`next_offset` (where the next sample starts in the cursor's shard) and
-    ``places.last`` (the place of the sample yielded last, in :attr:`places`) up to date, call
-    :meth:`_begin` as an iteration starts and :meth:`_replay_first` with what it returns, and
-    implement :meth:`_opener` and :meth:`_collect`.
+    A subclass's :meth:`open` returns its :class:`ReaderEpoch` subclass, made with
+    :meth:`resume_of` the part it was given.
     """
 
-    reader = True
+    resumes = Resumes.AS_READER
+    shares = True
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.cursor = ShardCursor()
-        self.next_offset: int | str = START
-        self.places = SamplePlaces()
+    @staticmethod
+    def resume_of(part: Any) -> list[int] | str | Partials | None:
+        """What a restored part leaves to do: the place to go on from (``[shard index, byte
+        offset, ...]``, or ``"end"``), None for the epoch's start; for the parts of every
+        reader of a job split another way, where each was (:class:`Partials`)."""
+        if not isinstance(part, AllReaders):
+            resume = None if part is None else part["next"]
+            return None if resume == START else resume
+        places: dict[int, list[int]] = {}
+        checks: dict[int, int] = {}
+        for each in part.parts:
+            if isinstance(each["next"], list):
+                index, *place = each["next"]
+                places[index] = place
+            checks.update((int(index), check) for index, check in each["checks"].items())
+        return Partials(places, checks)
+
+
+class ReaderEpoch(Epoch[Sample]):
+    """An epoch of a reader: the shard it is in (:attr:`cursor`), where the next sample starts
+    in it (:attr:`next_offset`), checksums of the last shards' URLs, and the place of the sample
+    yielded last (``places.last``), for a shuffle buffer after it.
+
+    A subclass reads its shards through :func:`read_shards` with :attr:`cursor`, keeps
+    :attr:`next_offset` and ``places.last`` up to date, calls :meth:`_begin` as its iteration
+    starts and :meth:`_replay_first` with what it returns, and implements :meth:`_collect`
+    (and :meth:`_refusal`, where it cannot resume).
+    """
+
+    def __init__(
+        self,
+        source: Iterable[Any],
+        context: EpochContext,
+        resume: list[int] | str | Partials | None,
+    ) -> None:
+        self.source = source
+        self.context = context
+        self.log = context.shards
+        self.places = context.places or SamplePlaces()
         self.checks: dict[int, int] = {}  # of the last shards' URLs (see read_shards)
-        self._resume: list[int] | str | Partials | None = None
+        self.cursor = ShardCursor(self.checks)
+        self.next_offset: int | str = START
+        self.resume = resume
 
-    def _opener(self) -> ShardOpener:
-        """The ``open_shards`` stage this reader reads; ResumeError if it reads another."""
-        raise NotImplementedError
+    def _refusal(self) -> ResumeError | None:
+        """Why this reader cannot resume, or None: it must read the shards of an opener."""
+        if self.log is None or self.log.open_again is None:
+            return ResumeError(f"{self.name} can resume only when it reads open_shards directly")
+        return None
+
+    @property
+    def name(self) -> str:
+        return "the reader"
 
     def _collect(
         self, stream: ByteStream, url: str, offsets: list[int], cursor: ShardCursor
@@ -276,42 +304,34 @@ class SampleReader(CoreStage[Sample]):
         start at ``offsets`` (sorted), by offset."""
         raise NotImplementedError
 
-    def _find_opener(self) -> ShardOpener | None:
-        """The ``open_shards`` stage this reader reads, or None if it reads another."""
-        try:
-            return self._opener()
-        except ResumeError:
-            return None
-
     def _begin(self) -> tuple[dict[int, list[int]], list[Place]]:
-        """Begin an epoch: tell the stages before the opener (they restart), take what a
-        restored state left to do, and tell the opener what to skip. Returns the places to go
-        on from in the shards begun (shard index -> byte offset and, for stream shards, the
-        item's number), and the places of samples to read again first (a restored shuffle
-        buffer's, through :attr:`places`)."""
-        opener = self._find_opener()
-        if opener is not None:
-            epoch_begins(opener)
-        resume, replay = self._resume, self.places.again
-        self._resume, self.places.again = None, []
-        self.checks = {}
-        self.cursor = ShardCursor(self.checks)
-        self.next_offset = START
-        if resume is None or resume == START:
+        """Begin the epoch: take what a restored state left to do, and tell the opener what to
+        skip. Returns the places to go on from in the shards begun (shard index -> byte offset
+        and, for stream shards, the item's number), and the places of samples to read again
+        first (a restored shuffle buffer's, through :attr:`places`)."""
+        resume, replay = self.resume, self.places.again
+        self.resume, self.places.again = None, []
+        if resume is None:
             if replay:
                 raise ResumeError("a shuffle buffer holds samples, but the reader has not begun")
             return {}, []
+        refusal = self._refusal()
+        if refusal is not None:
+            raise refusal
+        log = self.log
+        assert log is not None
         wanted = {shard for shard, _ in replay}
         if isinstance(resume, Partials):  # a merged state: this reader's shards of it
-            layout = layout_of(self._opener())
+            split = self.context.split
+            layout = (1, 0) if split is None else split.stream
             starts = {index: at for index, at in resume.places.items() if owned(index, layout)}
-            self._opener().resume_at(None, wanted, starts, resume.checks)
+            log.target = ResumeTarget(None, wanted, set(starts), dict(resume.checks))
             return starts, replay
         if not isinstance(resume, list):  # the end of its epoch
-            self._opener().resume_at(ALL, wanted)
+            log.target = ResumeTarget(ALL, wanted, set(), {})
             return {}, replay
         index, *place = resume
-        self._opener().resume_at(index, wanted)
+        log.target = ResumeTarget(index, wanted, set(), {})
         return {index: place}, replay
 
     def _replay_first(
@@ -333,30 +353,31 @@ class SampleReader(CoreStage[Sample]):
     def _read_again(self, refs: list[Place]) -> Iterator[Sample]:
         """The samples at ``refs`` (shard index, offset), in that order: each shard they are
         in is opened once."""
-        opener = self._opener()
+        log = self.log
+        assert log is not None
         found: dict[Place, Sample] = {}
         by_shard: dict[int, list[int]] = {}
         for shard, offset in refs:
             by_shard.setdefault(shard, []).append(offset)
         for shard, offsets in sorted(by_shard.items()):
-            item = opener.replay_items.get(shard)
+            item = log.replay_items.get(shard)
             if item is None:
                 raise ResumeError(
                     f"the shard at index {shard} of the epoch's list, which a saved shuffle "
                     "buffer's samples are in, is not in the shard list any more"
                 )
             offsets.sort()
-            for offset, sample in self._samples_at(opener, item, offsets).items():
+            for offset, sample in self._samples_at(item, offsets).items():
                 found[shard, offset] = sample
         places = self.places
         for ref in refs:
             places.last = ref
             yield found[ref]
 
-    def _samples_at(
-        self, opener: ShardOpener, item: ShardItem, offsets: list[int]
-    ) -> dict[int, Sample]:
-        stream = opener.open_again(item)
+    def _samples_at(self, item: ShardItem, offsets: list[int]) -> dict[int, Sample]:
+        log = self.log
+        assert log is not None and log.open_again is not None
+        stream = log.open_again(item)  # a ResumeError if it cannot be opened
         url = shard_url(item)
         cursor = ShardCursor()
         cursor.enter(stream, None if isinstance(item, str) else shard_fields(item))
@@ -375,37 +396,16 @@ class SampleReader(CoreStage[Sample]):
             )
         return samples
 
-    def set_seed(self, seed: int) -> None:
-        """A loader begins an epoch: a state loaded before is dropped (see
-        wdspipes.state.checkpoint), and the place is the new epoch's start."""
-        self._resume, self.places.again = None, []
-        self.next_offset = START
-
-    def get_state(self) -> dict[str, Any]:
+    def part(self) -> dict[str, Any]:
         """The place of the next sample: ``[shard index, byte offset]``, or ``"start"`` or
         ``"end"`` of the epoch; and checksums of the URLs of the last shards entered.
 
         Raises:
             ResumeError: the reader does not read ``open_shards`` as it must to resume.
         """
-        self._opener()
+        refusal = self._refusal()
+        if refusal is not None:
+            raise refusal
         offset = self.next_offset
         place = [self.cursor.number, offset] if isinstance(offset, int) else offset
         return {"next": place, "checks": dict(self.checks)}
-
-    def set_state(self, state: Any) -> None:
-        self.places.again = []
-        if not isinstance(state, AllReaders):
-            self._resume = state["next"]
-            return
-        places: dict[int, list[int]] = {}
-        checks: dict[int, int] = {}
-        for part in state.parts:
-            if isinstance(part["next"], list):
-                index, *place = part["next"]
-                places[index] = place
-            checks.update((int(index), check) for index, check in part["checks"].items())
-        self._resume = Partials(places, checks)
-
-    def sample_places(self) -> SamplePlaces:
-        return self.places

@@ -12,11 +12,13 @@ other keys every sample of the shard carries (see :mod:`wdspipes.io.items`); a l
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from wdspipes.core.seeds import SeededStage, Seeding
-from wdspipes.core.stage import CoreStage, core_stage
+from wdspipes.core.context import EpochContext
+from wdspipes.core.protocol import Resumes, register
+from wdspipes.core.stage import Stage
 from wdspipes.io.items import ShardItem, shard_url
 from wdspipes.read.specs import ShardSpec, expand_urls, list_item_url
 
@@ -27,7 +29,7 @@ __all__ = [
 ]
 
 
-class ShardList(CoreStage[ShardItem]):
+class ShardList(Stage[ShardItem]):
     """The URLs of a shard spec, in order: the source of a pipeline.
 
     Args:
@@ -46,18 +48,14 @@ class ShardList(CoreStage[ShardItem]):
     ['a.tar', {'url': 'b.tar', 'lang': 'en'}]
     """
 
-    restartable = True
+    resumes = Resumes.FROM_START  # the list is given again from its start
 
     def __init__(self, urls: ShardSpec | Sequence[ShardItem]) -> None:
         super().__init__()
         self.urls: list[ShardItem] = _shard_items(urls)
 
-    def __iter__(self) -> Iterator[ShardItem]:
+    def open(self, source: None, context: EpochContext, part: Any = None) -> Iterator[ShardItem]:
         yield from self.urls
-
-    def get_state(self) -> None:
-        """Nothing: before the reader, the list is given again from its start."""
-        return None
 
     def __len__(self) -> int:
         return len(self.urls)
@@ -79,8 +77,8 @@ def _shard_items(urls: ShardSpec | Sequence[ShardItem]) -> list[ShardItem]:
     return items
 
 
-@core_stage("list_shards")
-class ShardLister(CoreStage[ShardItem]):
+@register("list_shards")
+class ShardLister(Stage[ShardItem]):
     """Expand each shard spec of the source into URLs (functional name: ``list_shards``).
 
     Args:
@@ -101,27 +99,28 @@ class ShardLister(CoreStage[ShardItem]):
     [{'url': 'c-1.tar', 'lang': 'en'}, {'url': 'c-2.tar', 'lang': 'en'}]
     """
 
-    restartable = True
+    resumes = Resumes.FROM_START  # the specs are expanded again from the start
 
     def __init__(self, source_datapipe: Iterable[ShardSpec | Mapping[str, Any]]) -> None:
         super().__init__()
         self.source_datapipe = source_datapipe
 
-    def __iter__(self) -> Iterator[ShardItem]:
-        for spec in self.source_datapipe:
+    def open(
+        self,
+        source: Iterable[ShardSpec | Mapping[str, Any]],
+        context: EpochContext,
+        part: Any = None,
+    ) -> Iterator[ShardItem]:
+        for spec in source:
             if isinstance(spec, Mapping):
                 for url in expand_urls(shard_url(spec)):
                     yield {**spec, "url": url}
             else:
                 yield from expand_urls(spec)
 
-    def get_state(self) -> None:
-        """Nothing: before the reader, the specs are expanded again from the start."""
-        return None
 
-
-@core_stage("resample_shards")
-class ShardResampler(SeededStage, CoreStage[ShardItem]):
+@register("resample_shards")
+class ShardResampler(Stage[ShardItem]):
     """Draw shards with replacement from the source's URLs (functional name: ``resample_shards``).
 
     Each epoch collects the source's URLs and draws ``nshards`` of them (without end if None).
@@ -146,6 +145,8 @@ class ShardResampler(SeededStage, CoreStage[ShardItem]):
     (5, False)
     """
 
+    resumes = Resumes.FROM_START  # its seed gives the epoch's draws again
+
     def __init__(
         self,
         source_datapipe: Iterable[ShardItem],
@@ -155,15 +156,21 @@ class ShardResampler(SeededStage, CoreStage[ShardItem]):
         super().__init__()
         if nshards is not None and (not isinstance(nshards, int) or nshards < 1):
             raise ValueError(f"nshards must be a positive int or None, got {nshards!r}")
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise TypeError(f"seed must be an int or None, got {seed!r}")
         self.source_datapipe = source_datapipe
         self.nshards = nshards
-        self.seeding = Seeding(seed)
+        self.seed = seed
 
-    def __iter__(self) -> Iterator[ShardItem]:
-        urls = list(self.source_datapipe)
+    def open(
+        self, source: Iterable[ShardItem], context: EpochContext, part: Any = None
+    ) -> Iterator[ShardItem]:
+        return self._draws(source, context.rng(self.seed))
+
+    def _draws(self, source: Iterable[ShardItem], rng: random.Random) -> Iterator[ShardItem]:
+        urls = list(source)
         if not urls:
             raise ValueError("resample_shards: the source yielded no shard URLs to draw from")
-        rng = self.seeding.next_rng(self)
         drawn = 0
         while self.nshards is None or drawn < self.nshards:
             yield urls[rng.randrange(len(urls))]

@@ -30,12 +30,21 @@ from typing import Any, Protocol
 import cbor2
 import msgpack
 
-from wdspipes.core.curried import Stage, stage_factory
-from wdspipes.core.stage import Sample, core_stage, front_end_of
-from wdspipes.errors import Handler, ResumeError, StreamFormatError, reraise_exception
+from wdspipes.core.context import EpochContext
+from wdspipes.core.curried import Curried, stage_factory
+from wdspipes.core.protocol import register
+from wdspipes.core.stage import Sample
+from wdspipes.errors import Handler, StreamFormatError, reraise_exception
 from wdspipes.io.urls import ByteStream, RawShard, discard
 from wdspipes.read.opener import OpenedShard, ShardOpener
-from wdspipes.read.positions import END, SampleReader, ShardCursor, opener_of, read_shards
+from wdspipes.read.positions import (
+    END,
+    Partials,
+    ReaderEpoch,
+    SampleReader,
+    ShardCursor,
+    read_shards,
+)
 
 __all__ = [
     "CborLoader",
@@ -138,18 +147,44 @@ class StreamLoader(SampleReader):
     def __init__(
         self, source_datapipe: Iterable[OpenedShard], handler: Handler = reraise_exception
     ) -> None:
-        super().__init__()  # the resume bookkeeping: see wdspipes.read.positions
+        super().__init__()
         self.source_datapipe = source_datapipe
         self.handler = handler
+
+    def open(
+        self, source: Iterable[OpenedShard], context: EpochContext, part: Any = None
+    ) -> StreamEpoch:
+        return StreamEpoch(self, source, context, self.resume_of(part))
+
+
+class StreamEpoch(ReaderEpoch):
+    """An epoch of ``load_cbor`` or ``load_msgpack`` (see
+    :class:`~wdspipes.read.positions.ReaderEpoch`); it also keeps the number, in its shard, of
+    the next item (its default ``__key__``)."""
+
+    def __init__(
+        self,
+        stage: StreamLoader,
+        source: Iterable[OpenedShard],
+        context: EpochContext,
+        resume: list[int] | str | Partials | None,
+    ) -> None:
+        super().__init__(source, context, resume)
+        self.stage = stage
         self.next_index = 0  # the next item's number in its shard (its default __key__)
         self._first_index: dict[int, int] = {}  # of the shards resumed mid-way, by index
+
+    @property
+    def name(self) -> str:
+        return type(self.stage).__name__
 
     def __iter__(self) -> Iterator[Sample]:
         starts, replay = self._begin()
         self._first_index = {index: place[1] for index, place in starts.items()}
         offsets = {index: place[0] for index, place in starts.items()}
+        handler = self.stage.handler
         samples = read_shards(
-            self.source_datapipe, self._samples, self.handler, self.cursor, offsets
+            self.source, self._samples, handler, self.cursor, offsets, log=self.log
         )
         samples = yield from self._replay_first(samples, replay)
         yield from samples
@@ -160,8 +195,8 @@ class StreamLoader(SampleReader):
         state gave begins when ``start`` is not 0."""
         _skip_to(stream, url, start)
         number, entries = self.cursor.number, self.cursor.entries
-        places, kind = self.places, self.kind
-        items = type(self).items(url, stream, start)
+        places, kind = self.places, self.stage.kind
+        items = type(self.stage).items(url, stream, start)
         first = self._first_index.get(number, 0) if start else 0
         for index, (offset, end, item) in enumerate(items, start=first):
             sample = _sample(item, url, entries, index, offset, kind)
@@ -169,29 +204,22 @@ class StreamLoader(SampleReader):
             self.next_offset, self.next_index = end, index + 1
             yield sample
 
-    def _opener(self) -> ShardOpener:
-        opener = opener_of(self.source_datapipe)
-        if opener is None:
-            raise ResumeError(
-                f"{type(self).__name__} can resume only when it reads open_shards directly"
-            )
-        return opener
-
     def _collect(
         self, stream: ByteStream, url: str, offsets: list[int], cursor: ShardCursor
     ) -> dict[int, Sample]:
         # Read from the start: an item without a __key__ is keyed by its number in the shard.
         entries = cursor.entries
         wanted, samples = set(offsets), {}
-        for index, (offset, _end, item) in enumerate(type(self).items(url, stream)):
+        kind = self.stage.kind
+        for index, (offset, _end, item) in enumerate(type(self.stage).items(url, stream)):
             if offset in wanted:
-                samples[offset] = _sample(item, url, entries, index, offset, self.kind)
+                samples[offset] = _sample(item, url, entries, index, offset, kind)
                 if len(samples) == len(wanted):
                     break
         return samples
 
-    def get_state(self) -> dict[str, Any]:
-        state = super().get_state()
+    def part(self) -> dict[str, Any]:
+        state = super().part()
         if isinstance(state["next"], list):
             state["next"].append(self.next_index)
         return state
@@ -226,7 +254,7 @@ def _sample(
     return item
 
 
-@core_stage("load_cbor")
+@register("load_cbor")
 class CborLoader(StreamLoader):
     """Samples from shards of concatenated CBOR items (functional name: ``load_cbor``).
 
@@ -254,7 +282,7 @@ class CborLoader(StreamLoader):
     items = staticmethod(_cbor_items)
 
 
-@core_stage("load_msgpack")
+@register("load_msgpack")
 class MsgpackLoader(StreamLoader):
     """Samples from shards of concatenated msgpack items (functional name: ``load_msgpack``).
 
@@ -283,22 +311,20 @@ class MsgpackLoader(StreamLoader):
 
 
 def _cbors_to_samples(source: Iterable[str], handler: Handler) -> CborLoader:
-    opened = front_end_of(ShardOpener)(source, handler=handler)
-    return front_end_of(CborLoader)(opened, handler=handler)  # type: ignore[no-any-return]
+    return CborLoader(ShardOpener(source, handler=handler), handler=handler)
 
 
 def _msgpack_to_samples(source: Iterable[str], handler: Handler) -> MsgpackLoader:
-    opened = front_end_of(ShardOpener)(source, handler=handler)
-    return front_end_of(MsgpackLoader)(opened, handler=handler)  # type: ignore[no-any-return]
+    return MsgpackLoader(ShardOpener(source, handler=handler), handler=handler)
 
 
 @stage_factory
-def cbors_to_samples(handler: Handler = reraise_exception) -> Stage:
+def cbors_to_samples(handler: Handler = reraise_exception) -> Curried:
     """Shard URLs to samples from CBOR streams: ``open_shards().load_cbor()``, one handler."""
-    return Stage(_cbors_to_samples, handler=handler)
+    return Curried(_cbors_to_samples, handler=handler)
 
 
 @stage_factory
-def msgpack_to_samples(handler: Handler = reraise_exception) -> Stage:
+def msgpack_to_samples(handler: Handler = reraise_exception) -> Curried:
     """Shard URLs to samples from msgpack streams: ``open_shards().load_msgpack()``."""
-    return Stage(_msgpack_to_samples, handler=handler)
+    return Curried(_msgpack_to_samples, handler=handler)

@@ -8,8 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from wdspipes.core.curried import Stage, stage_factory
-from wdspipes.core.stage import CoreStage, core_stage
+from wdspipes.core.context import EpochContext
+from wdspipes.core.curried import Curried, stage_factory
+from wdspipes.core.protocol import Epoch, Resumes, register
+from wdspipes.core.stage import Stage
 from wdspipes.errors import (
     Handler,
     reraise_exception,
@@ -26,11 +28,11 @@ from wdspipes.read.walk import (
     warn_unmarked,
 )
 
-__all__ = ["TarLoader", "tar_file_expander"]
+__all__ = ["TarEpoch", "TarLoader", "tar_file_expander"]
 
 
-@core_stage("load_tar")
-class TarLoader(CoreStage[TarMember]):
+@register("load_tar")
+class TarLoader(Stage[TarMember]):
     """Read the regular files of each opened tar shard (functional name: ``load_tar``).
 
     Each stream is read to its end and closed; a ``pipe:`` command that failed is reported
@@ -77,7 +79,7 @@ class TarLoader(CoreStage[TarMember]):
     [('a.txt', 0), ('a.cls', 1024)]
     """
 
-    restartable = True
+    resumes = Resumes.FROM_START  # the reader after it keeps each sample's place
 
     def __init__(
         self,
@@ -94,13 +96,11 @@ class TarLoader(CoreStage[TarMember]):
         self.ignore_zeros = ignore_zeros
         self.strict_end = strict_end
         self.max_member_size = check_member_size(max_member_size)
-        self.unmarked_end: Callable[[str], None] = warn_unmarked
-        """Told when the shard ends after a member without the end-of-archive marker (not
-        ``strict_end``): warns by default; a reader grouping samples judges the last one."""
 
-    def __iter__(self) -> Iterator[TarMember]:
-        for member in self.iter_members():
-            yield TarMember._make(member)
+    def open(
+        self, source: Iterable[OpenedShard], context: EpochContext, part: Any = None
+    ) -> TarEpoch:
+        return TarEpoch(self, source, context)
 
     def walk_options(self) -> dict[str, Any]:
         """How each shard is walked: the ``ignore_zeros``, ``strict_end`` and
@@ -112,48 +112,54 @@ class TarLoader(CoreStage[TarMember]):
             "max_member_size": self.max_member_size,
         }
 
-    def tar_loader(self) -> TarLoader | None:
-        """This stage, whose items are its members as :meth:`iter_members` gives them (None
-        where a subclass yields other items): a reader after it, ``group_samples``, finds its
-        tar loader by this capability, not by its class, reads the members from
-        :meth:`iter_members` and resumes in it."""
-        return self if type(self).__iter__ is TarLoader.__iter__ else None
 
-    def get_state(self) -> None:
-        """Nothing: the reader after it, ``group_samples``, keeps the place of each sample and
-        starts it there (see :meth:`iter_members`). Bare members cannot resume."""
-        return None
+class TarEpoch(Epoch[TarMember]):
+    """An epoch of ``load_tar``: its members as :class:`TarMember` records, or, to the reader
+    after it (``group_samples``, which is handed this epoch as its source), as plain tuples
+    (:meth:`members`). Bare members cannot resume: the reader keeps each sample's place."""
 
-    def iter_members(
+    def __init__(self, stage: TarLoader, source: Iterable[OpenedShard], context: EpochContext):
+        self.stage = stage
+        self.source = source
+        self.log = context.shards
+
+    def __iter__(self) -> Iterator[TarMember]:
+        for member in self.members():
+            yield TarMember._make(member)
+
+    def members(
         self, cursor: ShardCursor | None = None, starts: Mapping[int, int] | None = None
     ) -> Iterator[Member]:
         """The members as plain tuples (not :class:`TarMember`), the failures of shards told.
 
-        ``group_samples`` reads its upstream TarLoader through this: members are the finest
-        grain of the pipeline, and making a named tuple of each would cost more than parsing
-        it.
+        ``group_samples`` reads a ``load_tar`` right before it through this: members are the
+        finest grain of the pipeline, and making a named tuple of each would cost more than
+        parsing it.
 
         Args:
             cursor: if given, set to each shard's number and local file before its first
                 member is yielded. When a shard fails, the member it failed in is noted there
                 and :data:`FAILED` is yielded before the handler decides: the reader then
                 drops the sample it was assembling unless it is known to be whole, naming it
-                in ``cursor.dropped`` for the error.
+                in ``cursor.dropped`` for the error. A shard that ends without the
+                end-of-archive marker is noted there too, for the reader to judge its last
+                sample; without a cursor, it is warned of.
             starts: shard index -> byte offset: the shards and the members' first headers to
                 go on from, when resuming (see :func:`~wdspipes.read.positions.read_shards`).
         """
+        handler, log = self.stage.handler, self.log
         if cursor is None:
-            walk = self._walker(self.unmarked_end)
-            return read_shards(self.source_datapipe, walk, self.handler, ShardCursor(), starts)
+            walk = self._walker(warn_unmarked)
+            return read_shards(self.source, walk, handler, ShardCursor(), starts, log=log)
         walk = self._walker(cursor.note_unmarked_end)
-        return read_shards(self.source_datapipe, walk, self.handler, cursor, starts, FAILED)
+        return read_shards(self.source, walk, handler, cursor, starts, FAILED, log)
 
     def _walker(
         self, unmarked_end: Callable[[str], None]
     ) -> Callable[[str, ByteStream, int], Iterator[Member]]:
-        """How each shard is read: walked with this loader's options from byte ``start``,
+        """How each shard is read: walked with the loader's options from byte ``start``,
         telling ``unmarked_end`` of a shard that ends without the end-of-archive marker."""
-        options = self.walk_options()
+        options = self.stage.walk_options()
 
         def walk(url: str, stream: ByteStream, start: int) -> Iterator[Member]:
             return TarWalk(stream, url, start, unmarked_end=unmarked_end, **options).members()
@@ -162,7 +168,7 @@ class TarLoader(CoreStage[TarMember]):
 
 
 FAILED: Member = ("", b"", -1, "")
-"""The member :meth:`TarLoader.iter_members` yields, given a cursor, when a shard fails."""
+"""The member :meth:`TarEpoch.members` yields, given a cursor, when a shard fails."""
 
 
 @stage_factory
@@ -172,9 +178,9 @@ def tar_file_expander(
     ignore_zeros: bool = False,
     strict_end: bool = False,
     max_member_size: int = MAX_MEMBER_SIZE,
-) -> Stage:
+) -> Curried:
     """The tar loader stage for ``DataPipeline(...)``: ``load_tar(handler=handler)``."""
     options: dict[str, Any] = {"ignore_zeros": ignore_zeros, "strict_end": strict_end}
     if max_member_size != MAX_MEMBER_SIZE:
         options["max_member_size"] = max_member_size
-    return Stage(TarLoader, handler=handler, **options)
+    return Curried(TarLoader, handler=handler, **options)

@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from wdspipes.core.arguments import int_at_least
-from wdspipes.core.curried import Stage, stage_factory
-from wdspipes.core.stage import CoreStage, core_stage
+from wdspipes.core.curried import Curried, stage_factory
+from wdspipes.core.protocol import Epoch, Resumes, register
+from wdspipes.core.stage import Stage
 from wdspipes.errors import CollationError, ResumeError, sample_location
 
 if TYPE_CHECKING:
@@ -178,8 +179,8 @@ def _rows(columns: Iterable[Any]) -> int:
     return lengths.pop() if lengths else 0
 
 
-@core_stage("batched")
-class Batcher(CoreStage[Any]):
+@register("batched")
+class Batcher(Stage[Any]):
     """Group samples into batches of ``batchsize`` (functional name: ``batched``).
 
     Args:
@@ -202,6 +203,8 @@ class Batcher(CoreStage[Any]):
     [[0, 1], [2, 3]]
     """
 
+    resumes = Resumes.FROM_PART  # its part is empty: between batches it holds nothing
+
     def __init__(
         self,
         source_datapipe: Iterable[Any],
@@ -215,14 +218,14 @@ class Batcher(CoreStage[Any]):
         self.collation_fn = collation_fn
         self.partial = partial
 
-    def __iter__(self) -> Iterator[Any]:
+    def open(self, source: Iterable[Any], context: Any, part: Any = None) -> Iterator[Any]:
         if self.collation_fn is collate or "torch" in sys.modules:  # it makes tensors:
             # a loader worker's batches of labels go by value, not a shared segment each
             from wdspipes.samples.handover import send_small_by_value
 
             send_small_by_value()
         batch: list[Any] = []
-        for sample in self.source_datapipe:
+        for sample in source:
             batch.append(sample)
             if len(batch) == self.batchsize:
                 yield self._finish(batch)
@@ -233,13 +236,9 @@ class Batcher(CoreStage[Any]):
     def _finish(self, batch: list[Any]) -> Any:
         return SampleList(batch) if self.collation_fn is None else self.collation_fn(batch)
 
-    def get_state(self) -> None:
-        """Nothing: between the batches it yields, it holds no sample."""
-        return None
 
-
-@core_stage("unbatched")
-class Unbatcher(CoreStage[Any]):
+@register("unbatched")
+class Unbatcher(Stage[Any]):
     """Split batches back into samples (functional name: ``unbatched``).
 
     Batches are read as webdataset's ``unbatched`` reads them (see :func:`unbatch`): a dict of
@@ -260,20 +259,27 @@ class Unbatcher(CoreStage[Any]):
     [('a', 1), ('b', 2)]
     """
 
-    def __init__(self, source_datapipe: Iterable[Any]) -> None:
-        super().__init__()
-        self.source_datapipe = source_datapipe
+    resumes = Resumes.FROM_PART
+
+    def open(self, source: Iterable[Any], context: Any, part: Any = None) -> UnbatchEpoch:
+        return UnbatchEpoch(source)
+
+
+class UnbatchEpoch(Epoch[Any]):
+    """An epoch of ``unbatched``: how many rows of the last batch are still to come."""
+
+    def __init__(self, source: Iterable[Any]) -> None:
+        self.source = source
         self.rows_left = 0
 
     def __iter__(self) -> Iterator[Any]:
-        self.rows_left = 0
-        for batch in self.source_datapipe:
+        for batch in self.source:
             rows = list(unbatch(batch))
             for index, row in enumerate(rows):
                 self.rows_left = len(rows) - index - 1
                 yield row
 
-    def get_state(self) -> None:
+    def part(self) -> None:
         """Nothing, between batches; inside one, it cannot save its place.
 
         Raises:
@@ -288,12 +294,14 @@ class Unbatcher(CoreStage[Any]):
 
 
 @stage_factory
-def batched(batchsize: int, collation_fn: Collate | None = collate, partial: bool = True) -> Stage:
+def batched(
+    batchsize: int, collation_fn: Collate | None = collate, partial: bool = True
+) -> Curried:
     """``batched(...)`` for ``DataPipeline(...)``."""
-    return Stage(Batcher, batchsize, collation_fn=collation_fn, partial=partial)
+    return Curried(Batcher, batchsize, collation_fn=collation_fn, partial=partial)
 
 
 @stage_factory
-def unbatched() -> Stage:
+def unbatched() -> Curried:
     """``unbatched()`` for ``DataPipeline(...)``."""
-    return Stage(Unbatcher)
+    return Curried(Unbatcher)

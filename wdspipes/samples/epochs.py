@@ -13,57 +13,78 @@ workers gives 4000 items per epoch in all.
 
 from __future__ import annotations
 
-import itertools
 import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from wdspipes.core.arguments import int_at_least
-from wdspipes.core.curried import Stage, stage_factory
-from wdspipes.core.seeds import PASS, REPEAT, read_again, sharding_position
-from wdspipes.core.stage import CoreStage, core_stage
+from wdspipes.core.context import PASS, REPEAT, EpochContext
+from wdspipes.core.curried import Curried, stage_factory
+from wdspipes.core.elastic import share_of
+from wdspipes.core.protocol import AllReaders, Epoch, Resumes, register
+from wdspipes.core.stage import Stage
 from wdspipes.errors import ResumeError
-from wdspipes.state.checkpoint import abandon_epoch
-from wdspipes.state.elastic import share_of
-from wdspipes.state.protocol import AllReaders
 
 __all__ = ["EpochLimiter", "EpochRepeater", "LengthSetter", "repeat", "with_epoch", "with_length"]
 
 
-def _epochs(stage: EpochLimiter | EpochRepeater, count: int | None, resumed: bool) -> Iterator[Any]:
-    """The items of ``count`` epochs of ``stage``'s source (without end if None), counting
-    the epochs finished in ``stage.done``; stops, with a warning, if an epoch of the source
-    yields nothing, rather than spin forever. A ``resumed`` first epoch goes on from a
-    restored state, and may rightly be empty. Each epoch of the source after the first is
-    read again within the loader's epoch (see :mod:`wdspipes.core.seeds`): ``with_epoch``'s as
-    another pass, so that the shard order stays the epoch's in every worker and rank however
-    often each reads its shards; ``repeat_epochs``', which every reader makes alike, as
-    another repetition, with a shard order of its own."""
-    source = stage.source_datapipe
-    kind = PASS if isinstance(stage, EpochLimiter) else REPEAT
-    for again in itertools.count() if count is None else range(count):
-        if again or stage.done:
-            read_again(source, kind)
-        empty = True
-        for item in source:
-            empty = False
-            yield item
-        stage.done += 1
-        if empty and not resumed:
-            warnings.warn(
-                f"{type(source).__name__} yielded no items; a reader with no shards?",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+class _Epochs(Epoch[Any]):
+    """Epochs of a stage's source read one after another within the stage's epoch, counting
+    those finished in :attr:`done`: each after the first opened again through the context, as
+    another pass (``with_epoch``: only the stages after the split draw anew, so that the shard
+    order stays the epoch's in every reader however often each reads its shards) or another
+    repetition (``repeat_epochs``, which every reader makes alike: shard orders are drawn anew).
+    Stops, with a warning, if an epoch of the source yields nothing, rather than spin forever;
+    the first, going on from a restored state, may rightly be empty."""
+
+    again = PASS
+
+    def __init__(
+        self,
+        stage: Stage[Any],
+        source: Iterable[Any],
+        context: EpochContext,
+        done: int,
+        resumed: bool,
+    ) -> None:
+        self.stage, self.source, self.context = stage, source, context
+        self.done = done
+        self.resumed = resumed
+
+    def _sources(self, count: int | None) -> Iterator[Iterable[Any]]:
+        if count == 0:
             return
-        resumed = False
+        yield self.source
+        opened = 1
+        while count is None or opened < count:
+            assert self.context.reopen is not None  # a stage with a source
+            yield self.context.reopen(self.again)
+            opened += 1
+
+    def _items(self, count: int | None) -> Iterator[Any]:
+        resumed = self.resumed
+        for source in self._sources(count):
+            empty = True
+            for item in source:
+                empty = False
+                yield item
+            self.done += 1
+            if empty and not resumed:
+                name = type(self.stage.source_datapipe).__name__
+                warnings.warn(
+                    f"{name} yielded no items; a reader with no shards?",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+                return
+            resumed = False
 
 
-@core_stage("with_epoch")
-class EpochLimiter(CoreStage[Any]):
+@register("with_epoch")
+class EpochLimiter(Stage[Any]):
     """Make every epoch exactly ``nitems`` long (functional name: ``with_epoch``).
 
-    The source is read from its start each epoch, and restarted as often as needed; a source
+    The source is read from its start each epoch, and read again as often as needed; a source
     that yields nothing at all ends the epoch early with a RuntimeWarning.
 
     Args:
@@ -78,58 +99,68 @@ class EpochLimiter(CoreStage[Any]):
     ['a', 'b', 'c']
     """
 
+    resumes = Resumes.FROM_PART
+    shares = True
+
     def __init__(self, source_datapipe: Iterable[Any], nitems: int) -> None:
         super().__init__()
         int_at_least("nitems", nitems, least=0)
         self.source_datapipe = source_datapipe
         self.nitems = nitems
-        self.count = 0  # items yielded this epoch
-        self.done = 0  # epochs of the source finished in it
-        self._resume: dict[str, Any] | AllReaders | None = None
 
-    def __iter__(self) -> Iterator[Any]:
-        resume, self._resume = self._resume, None
-        self.count = self.done = 0
-        if isinstance(resume, AllReaders):  # a merged state: this reader's share of the left
-            left = sum(self.nitems - part["count"] for part in resume.parts)
-            left += resume.starting * self.nitems
-            self.count = self.nitems - share_of(left, sharding_position(self) or (1, 0))
-        elif resume is not None:
-            self.count, self.done = resume["count"], resume["done"]
-        if self.count >= self.nitems:
-            if resume is not None:  # restored at the end of its epoch
-                abandon_epoch(self.source_datapipe)
-            return
-        for item in _epochs(self, None, resumed=resume is not None):
-            self.count += 1
-            yield item
-            if self.count >= self.nitems:
-                return
-
-    def set_seed(self, seed: int) -> None:
-        """A loader begins an epoch: a state loaded before is dropped (see
-        wdspipes.state.checkpoint)."""
-        self._resume = None
-        self.count = self.done = 0
-
-    def get_state(self) -> dict[str, Any]:
-        return {"count": self.count, "done": self.done}
-
-    def set_state(self, state: Any) -> None:
-        if isinstance(state, AllReaders) and any(part["done"] for part in state.parts):
+    def open(self, source: Iterable[Any], context: EpochContext, part: Any = None) -> LimitEpoch:
+        if part is None:
+            return LimitEpoch(self, source, context, 0, 0, False)
+        if not isinstance(part, AllReaders):
+            return LimitEpoch(self, source, context, part["count"], part["done"], True)
+        if any(each["done"] for each in part.parts):
             raise ResumeError(
                 "EpochLimiter (with_epoch) cannot resume with the shards split among another "
                 "number of readers: a reader had read all its samples and was reading them "
                 "again, so which ones are left is not known; keep the count of readers"
             )
-        self._resume = state  # a merged state's share is taken as the epoch begins
+        left = sum(self.nitems - each["count"] for each in part.parts)
+        left += part.starting * self.nitems
+        split = context.split
+        share = share_of(left, (1, 0) if split is None else split.stream)
+        return LimitEpoch(self, source, context, self.nitems - share, 0, True)
 
     def __len__(self) -> int:
         return self.nitems
 
 
-@core_stage("with_length")
-class LengthSetter(CoreStage[Any]):
+class LimitEpoch(_Epochs):
+    """An epoch of ``with_epoch``: the items yielded, and the source's epochs finished."""
+
+    def __init__(
+        self,
+        stage: EpochLimiter,
+        source: Iterable[Any],
+        context: EpochContext,
+        count: int,
+        done: int,
+        resumed: bool,
+    ) -> None:
+        super().__init__(stage, source, context, done, resumed)
+        self.nitems = stage.nitems
+        self.count = count
+
+    def __iter__(self) -> Iterator[Any]:
+        nitems = self.nitems
+        if self.count >= nitems:  # restored at the end of its epoch
+            return
+        for item in self._items(None):
+            self.count += 1
+            yield item
+            if self.count >= nitems:
+                return
+
+    def part(self) -> dict[str, Any]:
+        return {"count": self.count, "done": self.done}
+
+
+@register("with_length")
+class LengthSetter(Stage[Any]):
     """Declare the length ``len()`` reports (functional name: ``with_length``).
 
     What is yielded does not change; this is for training loops that need ``len()``.
@@ -146,7 +177,7 @@ class LengthSetter(CoreStage[Any]):
     3
     """
 
-    one_to_one = True
+    resumes = Resumes.ITEM_BY_ITEM
 
     def __init__(self, source_datapipe: Iterable[Any], length: int) -> None:
         super().__init__()
@@ -154,15 +185,15 @@ class LengthSetter(CoreStage[Any]):
         self.source_datapipe = source_datapipe
         self.length = length
 
-    def __iter__(self) -> Iterator[Any]:
-        yield from self.source_datapipe
+    def open(self, source: Iterable[Any], context: EpochContext, part: Any = None) -> Iterator[Any]:
+        yield from source
 
     def __len__(self) -> int:
         return self.length
 
 
-@core_stage("repeat_epochs")
-class EpochRepeater(CoreStage[Any]):
+@register("repeat_epochs")
+class EpochRepeater(Stage[Any]):
     """Concatenate ``nepochs`` epochs of the source (functional name: ``repeat_epochs``).
 
     This is webdataset's ``.repeat(n)``; the functional name ``repeat`` is torchdata's, which
@@ -180,61 +211,60 @@ class EpochRepeater(CoreStage[Any]):
     ['a', 'b', 'a', 'b', 'a', 'b']
     """
 
+    resumes = Resumes.FROM_PART
+    shares = True
+
     def __init__(self, source_datapipe: Iterable[Any], nepochs: int | None = None) -> None:
         super().__init__()
         int_at_least("nepochs", nepochs, least=0, none=True)
         self.source_datapipe = source_datapipe
         self.nepochs = nepochs
-        self.done = 0  # epochs of the source finished
-        self._resume: int | None = None
 
-    def __iter__(self) -> Iterator[Any]:
-        resume, self._resume = self._resume, None
-        self.done = resume or 0
-        left = None if self.nepochs is None else self.nepochs - self.done
-        if left == 0 and resume is not None:  # restored at the end of its epoch
-            abandon_epoch(self.source_datapipe)
-        yield from _epochs(self, left, resumed=resume is not None)
-
-    def set_seed(self, seed: int) -> None:
-        """A loader begins an epoch: a state loaded before is dropped (see
-        wdspipes.state.checkpoint)."""
-        self._resume = None
-        self.done = 0
-
-    def get_state(self) -> dict[str, Any]:
-        return {"done": self.done}
-
-    def set_state(self, state: Any) -> None:
-        if isinstance(state, AllReaders):
-            done = {part["done"] for part in state.parts} | ({0} if state.starting else set())
+    def open(self, source: Iterable[Any], context: EpochContext, part: Any = None) -> RepeatEpoch:
+        if isinstance(part, AllReaders):
+            done = {each["done"] for each in part.parts} | ({0} if part.starting else set())
             if len(done) > 1:
                 raise ResumeError(
                     "EpochRepeater (repeat_epochs) cannot resume with the shards split among "
                     "another number of readers: its readers were in different repetitions"
                 )
-            state = {"done": done.pop() if done else 0}
-        self._resume = state["done"]
+            part = {"done": done.pop() if done else 0}
+        if part is None:
+            return RepeatEpoch(self, source, context, 0, False)
+        return RepeatEpoch(self, source, context, part["done"], True)
 
     def __len__(self) -> int:
         if self.nepochs is None:
             raise TypeError("repeat_epochs(None) has no length: it does not end")
-        return self.nepochs * len(self.source_datapipe)  # type: ignore[arg-type]
+        return self.nepochs * len(self.source_datapipe)
+
+
+class RepeatEpoch(_Epochs):
+    """An epoch of ``repeat_epochs``: the source's epochs finished."""
+
+    again = REPEAT
+
+    def __iter__(self) -> Iterator[Any]:
+        nepochs = self.stage.nepochs  # type: ignore[attr-defined]
+        yield from self._items(None if nepochs is None else nepochs - self.done)
+
+    def part(self) -> dict[str, Any]:
+        return {"done": self.done}
 
 
 @stage_factory
-def with_epoch(nitems: int) -> Stage:
+def with_epoch(nitems: int) -> Curried:
     """``with_epoch(nitems)`` for ``DataPipeline(...)``."""
-    return Stage(EpochLimiter, nitems)
+    return Curried(EpochLimiter, nitems)
 
 
 @stage_factory
-def with_length(length: int) -> Stage:
+def with_length(length: int) -> Curried:
     """``with_length(length)`` for ``DataPipeline(...)``."""
-    return Stage(LengthSetter, length)
+    return Curried(LengthSetter, length)
 
 
 @stage_factory
-def repeat(nepochs: int | None = None) -> Stage:
+def repeat(nepochs: int | None = None) -> Curried:
     """``repeat_epochs(nepochs)`` for ``DataPipeline(...)``, under webdataset's name."""
-    return Stage(EpochRepeater, nepochs)
+    return Curried(EpochRepeater, nepochs)

@@ -18,8 +18,9 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from wdspipes.core.curried import Stage, stage_factory
-from wdspipes.core.stage import CoreStage, Sample, core_stage
+from wdspipes.core.curried import Curried, stage_factory
+from wdspipes.core.protocol import AllReaders, Epoch, Resumes, register, unshared
+from wdspipes.core.stage import Sample, Stage
 from wdspipes.errors import (
     Handler,
     MissingFieldError,
@@ -28,8 +29,6 @@ from wdspipes.errors import (
     reraise_exception,
     sample_location,
 )
-from wdspipes.state.checkpoint import abandon_epoch
-from wdspipes.state.protocol import AllReaders
 
 __all__ = [
     "FieldMapper",
@@ -64,8 +63,8 @@ def first_present(sample: Sample, alternatives: tuple[str, ...]) -> Any:
     )
 
 
-@core_stage("to_tuple")
-class TupleMaker(CoreStage[tuple[Any, ...]]):
+@register("to_tuple")
+class TupleMaker(Stage[tuple[Any, ...]]):
     """Turn each sample into a tuple of fields (functional name: ``to_tuple``).
 
     Args:
@@ -87,7 +86,7 @@ class TupleMaker(CoreStage[tuple[Any, ...]]):
     [(2, 1)]
     """
 
-    one_to_one = True
+    resumes = Resumes.ITEM_BY_ITEM
 
     def __init__(
         self,
@@ -108,8 +107,8 @@ class TupleMaker(CoreStage[tuple[Any, ...]]):
         self.missing_is_error = missing_is_error
         self.none_is_error = missing_is_error if none_is_error is None else none_is_error
 
-    def __iter__(self) -> Iterator[tuple[Any, ...]]:
-        for sample in self.source_datapipe:
+    def open(self, source: Iterable[Sample], context: Any, part: Any = None) -> Iterator[Any]:
+        for sample in source:
             try:
                 result = tuple(self._get(sample, alternatives) for alternatives in self.fields)
                 if self.none_is_error:
@@ -132,8 +131,8 @@ class TupleMaker(CoreStage[tuple[Any, ...]]):
         return next((sample[f] for f in alternatives if f in sample), None)
 
 
-@core_stage("map_tuple")
-class TupleMapper(CoreStage[tuple[Any, ...]]):
+@register("map_tuple")
+class TupleMapper(Stage[tuple[Any, ...]]):
     """Apply a function to each position of tuple samples (functional name: ``map_tuple``).
 
     Args:
@@ -154,7 +153,7 @@ class TupleMapper(CoreStage[tuple[Any, ...]]):
     [('1', 'a', 2)]
     """
 
-    one_to_one = True
+    resumes = Resumes.ITEM_BY_ITEM
 
     def __init__(
         self,
@@ -170,8 +169,8 @@ class TupleMapper(CoreStage[tuple[Any, ...]]):
         self.fns = fns
         self.handler = handler
 
-    def __iter__(self) -> Iterator[tuple[Any, ...]]:
-        for sample in self.source_datapipe:
+    def open(self, source: Iterable[Any], context: Any, part: Any = None) -> Iterator[Any]:
+        for sample in source:
             values = list(sample)
             try:
                 for position, fn in enumerate(self.fns[: len(values)]):
@@ -184,8 +183,8 @@ class TupleMapper(CoreStage[tuple[Any, ...]]):
             yield tuple(values)
 
 
-@core_stage("map_dict")
-class FieldMapper(CoreStage[Sample]):
+@register("map_dict")
+class FieldMapper(Stage[Sample]):
     """Apply functions to named fields of dict samples (functional name: ``map_dict``).
 
     Args:
@@ -205,7 +204,7 @@ class FieldMapper(CoreStage[Sample]):
     [{'cls': 3, 'txt': b'x'}]
     """
 
-    one_to_one = True
+    resumes = Resumes.ITEM_BY_ITEM
 
     def __init__(
         self,
@@ -224,8 +223,8 @@ class FieldMapper(CoreStage[Sample]):
         self.handler = handler
         self.fns = fns
 
-    def __iter__(self) -> Iterator[Sample]:
-        for sample in self.source_datapipe:
+    def open(self, source: Iterable[Sample], context: Any, part: Any = None) -> Iterator[Sample]:
+        for sample in source:
             try:
                 result = dict(sample)
                 for field, fn in self.fns.items():
@@ -248,8 +247,8 @@ def _apply(fn: Callable[[Any], Any], value: Any, sample: Any, field: str | None)
         ) from exn
 
 
-@core_stage("rename")
-class Renamer(CoreStage[Sample]):
+@register("rename")
+class Renamer(Stage[Sample]):
     """Rename fields of dict samples (functional name: ``rename``).
 
     Args:
@@ -269,7 +268,7 @@ class Renamer(CoreStage[Sample]):
     [{'__key__': '0', 'image': b'J'}]
     """
 
-    one_to_one = True
+    resumes = Resumes.ITEM_BY_ITEM
 
     def __init__(
         self,
@@ -288,8 +287,8 @@ class Renamer(CoreStage[Sample]):
         self.renames = {new: tuple(spec.split(";")) for new, spec in renames.items()}
         self.replaced = frozenset(f for alternatives in self.renames.values() for f in alternatives)
 
-    def __iter__(self) -> Iterator[Sample]:
-        for sample in self.source_datapipe:
+    def open(self, source: Iterable[Sample], context: Any, part: Any = None) -> Iterator[Sample]:
+        for sample in source:
             try:
                 renamed = {new: first_present(sample, old) for new, old in self.renames.items()}
             except MissingFieldError as exn:
@@ -303,8 +302,8 @@ class Renamer(CoreStage[Sample]):
                 yield renamed
 
 
-@core_stage("select")
-class SampleSelector(CoreStage[Any]):
+@register("select")
+class SampleSelector(Stage[Any]):
     """Keep the samples for which ``predicate`` is true (functional name: ``select``).
 
     Args:
@@ -319,7 +318,7 @@ class SampleSelector(CoreStage[Any]):
     [0, 3]
     """
 
-    one_to_one = True
+    resumes = Resumes.ITEM_BY_ITEM
 
     def __init__(self, source_datapipe: Iterable[Any], predicate: Callable[[Any], Any]) -> None:
         super().__init__()
@@ -328,15 +327,15 @@ class SampleSelector(CoreStage[Any]):
         self.source_datapipe = source_datapipe
         self.predicate = predicate
 
-    def __iter__(self) -> Iterator[Any]:
+    def open(self, source: Iterable[Any], context: Any, part: Any = None) -> Iterator[Any]:
         predicate = self.predicate
-        for sample in self.source_datapipe:
+        for sample in source:
             if predicate(sample):
                 yield sample
 
 
-@core_stage("map_samples")
-class SampleMapper(CoreStage[Any]):
+@register("map_samples")
+class SampleMapper(Stage[Any]):
     """Apply ``fn`` to each sample; a None result drops it (functional name: ``map_samples``).
 
     When a dict sample maps to a dict, the result keeps the sample's ``__key__``.
@@ -357,7 +356,7 @@ class SampleMapper(CoreStage[Any]):
     [10, 30]
     """
 
-    one_to_one = True
+    resumes = Resumes.ITEM_BY_ITEM
 
     def __init__(
         self,
@@ -372,8 +371,8 @@ class SampleMapper(CoreStage[Any]):
         self.fn = fn
         self.handler = handler
 
-    def __iter__(self) -> Iterator[Any]:
-        for sample in self.source_datapipe:
+    def open(self, source: Iterable[Any], context: Any, part: Any = None) -> Iterator[Any]:
+        for sample in source:
             try:
                 result = _apply(self.fn, sample, sample, None)
             except SampleError as exn:
@@ -387,8 +386,8 @@ class SampleMapper(CoreStage[Any]):
             yield result
 
 
-@core_stage("islice")
-class ItemSlicer(CoreStage[Any]):
+@register("islice")
+class ItemSlicer(Stage[Any]):
     """Items from ``start`` to ``stop`` by ``step`` (functional name: ``islice``).
 
     As ``itertools.islice`` over the source.
@@ -405,6 +404,8 @@ class ItemSlicer(CoreStage[Any]):
     [2, 5]
     """
 
+    resumes = Resumes.FROM_PART
+
     def __init__(self, source_datapipe: Iterable[Any], *args: int | None) -> None:
         super().__init__()
         itertools.islice((), *args)  # the arguments' checks, with islice's own messages
@@ -412,38 +413,33 @@ class ItemSlicer(CoreStage[Any]):
         self.args = args
         window = builtins.slice(*args)
         self.start, self.stop, self.step = window.start or 0, window.stop, window.step or 1
-        self.position = 0  # of the next source item
-        self._resume: int | None = None
+
+    def open(self, source: Iterable[Any], context: Any, part: Any = None) -> SliceEpoch:
+        if isinstance(part, AllReaders):
+            raise unshared(self)  # a slice of each reader's items
+        return SliceEpoch(self, source, 0 if part is None else part["position"])
+
+
+class SliceEpoch(Epoch[Any]):
+    """An epoch of ``islice``: the position, in its source, of the next item."""
+
+    def __init__(self, stage: ItemSlicer, source: Iterable[Any], position: int) -> None:
+        self.stage, self.source, self.position = stage, source, position
 
     def __iter__(self) -> Iterator[Any]:
-        resume, self._resume = self._resume, None
-        position = self.position = resume or 0
-        start, stop, step = self.start, self.stop, self.step
-        if stop is not None and position >= stop:
-            if resume is not None:  # restored at the end of its epoch
-                abandon_epoch(self.source_datapipe)
+        start, stop, step = self.stage.start, self.stage.stop, self.stage.step
+        if stop is not None and self.position >= stop:
             return
-        for item in self.source_datapipe:
-            index = position
-            position = self.position = index + 1
+        for item in self.source:
+            index = self.position
+            self.position = index + 1
             if index >= start and not (index - start) % step:
                 yield item
-            if stop is not None and position >= stop:
+            if stop is not None and self.position >= stop:
                 return
 
-    def set_seed(self, seed: int) -> None:
-        """A loader begins an epoch: a state loaded before is dropped (see
-        wdspipes.state.checkpoint)."""
-        self._resume = None
-        self.position = 0
-
-    def get_state(self) -> dict[str, Any]:
+    def part(self) -> dict[str, Any]:
         return {"position": self.position}
-
-    def set_state(self, state: Any) -> None:
-        if isinstance(state, AllReaders):
-            super().set_state(state)  # refused: a slice of each reader's items
-        self._resume = state["position"]
 
 
 @stage_factory
@@ -452,9 +448,9 @@ def to_tuple(
     handler: Handler = reraise_exception,
     missing_is_error: bool = True,
     none_is_error: bool | None = None,
-) -> Stage:
+) -> Curried:
     """``to_tuple(...)`` for ``DataPipeline(...)``."""
-    return Stage(
+    return Curried(
         TupleMaker,
         *fields,
         handler=handler,
@@ -464,36 +460,36 @@ def to_tuple(
 
 
 @stage_factory
-def map_tuple(*fns: Callable[[Any], Any] | None, handler: Handler = reraise_exception) -> Stage:
+def map_tuple(*fns: Callable[[Any], Any] | None, handler: Handler = reraise_exception) -> Curried:
     """``map_tuple(...)`` for ``DataPipeline(...)``."""
-    return Stage(TupleMapper, *fns, handler=handler)
+    return Curried(TupleMapper, *fns, handler=handler)
 
 
 @stage_factory
-def map_dict(handler: Handler = reraise_exception, **fns: Callable[[Any], Any]) -> Stage:
+def map_dict(handler: Handler = reraise_exception, **fns: Callable[[Any], Any]) -> Curried:
     """``map_dict(...)`` for ``DataPipeline(...)``."""
-    return Stage(FieldMapper, handler=handler, **fns)
+    return Curried(FieldMapper, handler=handler, **fns)
 
 
 @stage_factory
-def rename(handler: Handler = reraise_exception, keep: bool = True, **renames: str) -> Stage:
+def rename(handler: Handler = reraise_exception, keep: bool = True, **renames: str) -> Curried:
     """``rename(...)`` for ``DataPipeline(...)``."""
-    return Stage(Renamer, handler=handler, keep=keep, **renames)
+    return Curried(Renamer, handler=handler, keep=keep, **renames)
 
 
 @stage_factory
-def select(predicate: Callable[[Any], Any]) -> Stage:
+def select(predicate: Callable[[Any], Any]) -> Curried:
     """``select(predicate)`` for ``DataPipeline(...)``."""
-    return Stage(SampleSelector, predicate)
+    return Curried(SampleSelector, predicate)
 
 
 @stage_factory
-def map(fn: Callable[[Any], Any], handler: Handler = reraise_exception) -> Stage:
+def map(fn: Callable[[Any], Any], handler: Handler = reraise_exception) -> Curried:
     """``map_samples(fn)`` for ``DataPipeline(...)``, under webdataset's name ``map``."""
-    return Stage(SampleMapper, fn, handler=handler)
+    return Curried(SampleMapper, fn, handler=handler)
 
 
 @stage_factory
-def slice(*args: int | None) -> Stage:
+def slice(*args: int | None) -> Curried:
     """``islice(...)`` for ``DataPipeline(...)``, under webdataset's name ``slice``."""
-    return Stage(ItemSlicer, *args)
+    return Curried(ItemSlicer, *args)

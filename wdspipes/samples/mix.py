@@ -28,11 +28,19 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from wdspipes.core.seeds import SeededStage, Seeding
-from wdspipes.core.stage import CoreStage, core_stage
+from wdspipes.core.context import EpochContext
+from wdspipes.core.engine import PipelineEpoch, SourceOpener
+from wdspipes.core.protocol import (
+    AllReaders,
+    Epoch,
+    Resumes,
+    StageBase,
+    is_torch_datapipe,
+    register,
+    unshared,
+)
+from wdspipes.core.stage import Stage
 from wdspipes.samples.shuffle import Draws
-from wdspipes.state.checkpoint import abandon_epoch, pipeline_state, restore_pipeline
-from wdspipes.state.protocol import AllReaders, Resumable, is_torch_datapipe
 
 __all__ = ["Interleaver", "RandomInterleaver", "RandomMix", "RoundRobin"]
 
@@ -42,15 +50,14 @@ _END: Any = object()
 START, END = "start", "end"
 """A mixer's place before its epoch begins, and after it ends."""
 FRESH, OPEN, OVER = "fresh", "open", "over"
-"""A source's phase: never read by the mixer; read in the mixer's epoch under way; its last
-epoch ended or abandoned (restored, it is abandoned before it begins the next one)."""
+"""A source's phase in the mixer's epoch: not read yet; read; run out."""
 
 
-class _Mixer(CoreStage[T]):
-    """The loop and the state that ``interleave`` and ``interleave_randomly`` share; a
-    subclass picks the next source (:meth:`_pick`) and keeps its own place."""
+class _Mixer(Stage[T]):
+    """The sources and the epoch that ``interleave`` and ``interleave_randomly`` share; a
+    subclass's epoch picks the next source and keeps its own place."""
 
-    holds_sources = True
+    resumes = Resumes.AS_MIXER
 
     def __init__(self, sources: Sequence[Iterable[T]], longest: bool) -> None:
         super().__init__()
@@ -63,12 +70,6 @@ class _Mixer(CoreStage[T]):
                 "a time (build the pipeline twice, or use .fork())"
             )
         self.longest = bool(longest)
-        # The place in this epoch (see START, END; a dict while under way), each source's
-        # phase, which sources a restored state left to abandon first, and a loaded state.
-        self.place: dict[str, Any] | str = START
-        self.phases = [FRESH] * len(pipes)
-        self._abandon = [False] * len(pipes)
-        self._resume: dict[str, Any] | str | None = None
 
     @staticmethod
     def _as_source(source: Iterable[T]) -> Iterable[T]:
@@ -76,21 +77,55 @@ class _Mixer(CoreStage[T]):
         iterable in torch's ``IterableWrapper``)."""
         return source
 
-    def upstream(self) -> tuple[Iterable[T], ...]:
+    def upstream(self) -> tuple[Any, ...]:
         """The sources that are stages (wdspipes' or torch's); a plain iterable is none."""
         return tuple(
             source
             for source in self.source_datapipes
-            if isinstance(source, Resumable) or is_torch_datapipe(source)
+            if isinstance(source, StageBase) or is_torch_datapipe(source)
         )
 
-    def __iter__(self) -> Iterator[T]:
-        resume, self._resume = self._resume, None
-        self.place = self._begin(resume)
-        if resume == END:  # restored after its epoch ended: that epoch gives nothing more
+    def _lengths(self) -> list[int]:
+        return [len(source) for source in self.source_datapipes]  # type: ignore[arg-type]
+
+
+class MixEpoch(Epoch[T]):
+    """An epoch of a mixer: its place (the sources still read, and the subclass's own: the turn,
+    the draws made), and each source's epoch, opened as it is first needed, going on from its
+    saved state where the mixer's part holds one."""
+
+    def __init__(self, sources: list[SourceOpener], longest: bool, part: Any) -> None:
+        count = len(sources)
+        self.sources = sources
+        self.longest = longest
+        self.epochs: list[PipelineEpoch | None] = [None] * count
+        self.saved: list[dict[str, Any] | None] = [None] * count
+        self.phases = [FRESH] * count
+        self.place: dict[str, Any] | str
+        if part is None:
+            self.place = {"live": list(range(count))}
+        elif part["place"] == END:  # restored after its epoch ended: it gives nothing more
             self.place = END
+        else:
+            place = part["place"]
+            self.place = {"live": list(range(count))} if place == START else dict(place)
+            self.place["live"] = list(self.place["live"])
+        if part is not None:
+            phases = part.get("phases") or [FRESH] * count
+            for index, (phase, state) in enumerate(zip(phases, part["sources"], strict=True)):
+                if state is None:
+                    continue
+                # each source takes its loader's seeds back now, read in this epoch or not
+                sources[index].open(state).close()
+                if phase != OVER and self.place != END:  # one run out is not read again
+                    self.saved[index] = state
+
+    def __iter__(self) -> Iterator[T]:
+        if self.place == END:
             return
-        live: list[int] = self.place["live"]
+        place = self.place
+        assert isinstance(place, dict)
+        live: list[int] = place["live"]
         iterators: dict[int, Iterator[T]] = {}
         try:
             while live:
@@ -99,6 +134,7 @@ class _Mixer(CoreStage[T]):
                     break
                 item = next(self._iterator(live[slot], iterators), _END)
                 if item is _END:
+                    self.phases[live[slot]] = OVER
                     if not self.longest:
                         break
                     del live[slot]
@@ -111,26 +147,17 @@ class _Mixer(CoreStage[T]):
                 close = getattr(iterator, "close", None)
                 if close is not None:
                     close()
-            self.phases = [OVER if phase == OPEN else phase for phase in self.phases]
             self.place = END
 
     def _iterator(self, index: int, iterators: dict[int, Iterator[T]]) -> Iterator[T]:
         """The iterator of source ``index`` in this epoch, begun as it is first needed."""
         iterator = iterators.get(index)
         if iterator is None:
-            source = self.source_datapipes[index]
-            if self._abandon[index] and self.phases[index] == OVER:
-                abandon_epoch(source)  # the epoch its restored state is in ended then
-            self._abandon[index] = False
+            saved, self.saved[index] = self.saved[index], None
+            epoch = self.epochs[index] = self.sources[index].open(saved)
             self.phases[index] = OPEN
-            iterator = iterators[index] = iter(source)
+            iterator = iterators[index] = epoch.items()
         return iterator
-
-    def _begin(self, resume: dict[str, Any] | str | None) -> dict[str, Any]:
-        """The place to go on from: a restored one, or this epoch's start."""
-        if isinstance(resume, dict):
-            return {**resume, "live": list(resume["live"])}
-        return {"live": list(range(len(self.source_datapipes)))}
 
     def _pick(self, count: int) -> int:
         """The slot, among the ``count`` sources still read, of the source to read next; -1
@@ -143,34 +170,22 @@ class _Mixer(CoreStage[T]):
     def _dropped(self, slot: int) -> None:
         """The source that was in ``slot`` ran out and is read no more (``longest``)."""
 
-    def set_seed(self, seed: int) -> None:
-        """A loader begins an epoch: a state loaded before is dropped, in every source too."""
-        self._resume = None
-        self._abandon = [False] * len(self.source_datapipes)
-
-    def get_state(self) -> dict[str, Any]:
-        """The mixer's place, the phase of each source, and each source's whole state.
+    def part(self) -> dict[str, Any]:
+        """The mixer's place, the phase of each source, and the whole state of each source.
 
         Raises:
             ResumeError: a source cannot save its state; the message names the stage.
         """
-        return {
-            "place": self.place if isinstance(self.place, str) else dict(self.place),
-            "phases": list(self.phases),
-            "sources": [pipeline_state(source) for source in self.source_datapipes],
-        }
-
-    def set_state(self, state: Any) -> None:
-        if isinstance(state, AllReaders):
-            Resumable.set_state(self, state)  # refused: each reader's own turn among its sources
-        for source, part in zip(self.source_datapipes, state["sources"], strict=True):
-            restore_pipeline(source, part)
-        self.phases = list(state["phases"])
-        self._abandon = [phase != FRESH for phase in self.phases]
-        self._resume = state["place"]
-
-    def _lengths(self) -> list[int]:
-        return [len(source) for source in self.source_datapipes]  # type: ignore[arg-type]
+        states: list[dict[str, Any] | None] = []
+        for source, epoch, saved in zip(self.sources, self.epochs, self.saved, strict=True):
+            if epoch is not None:
+                states.append(epoch.state())
+            else:  # not begun: its state says the seeds it begins with
+                states.append(saved if saved is not None else source.state())
+        place = self.place
+        if isinstance(place, dict):  # a copy: the epoch goes on changing its own
+            place = {**place, "live": list(place["live"])}
+        return {"place": place, "phases": list(self.phases), "sources": states}
 
 
 def _checked(source: Iterable[T]) -> Iterable[T]:
@@ -182,7 +197,7 @@ def _checked(source: Iterable[T]) -> Iterable[T]:
     return source
 
 
-@core_stage("interleave")
+@register("interleave")
 class Interleaver(_Mixer[T]):
     """Items of the source and of ``others`` in turn (functional name: ``interleave``).
 
@@ -212,10 +227,26 @@ class Interleaver(_Mixer[T]):
     ) -> None:
         super().__init__((source_datapipe, *others), longest)
 
-    def _begin(self, resume: dict[str, Any] | str | None) -> dict[str, Any]:
-        place = super()._begin(resume)
-        place.setdefault("turn", 0)
-        return place
+    def open(self, source: Any, context: EpochContext, part: Any = None) -> TurnEpoch[T]:
+        if isinstance(part, AllReaders):
+            raise unshared(self)  # each reader's own turn among its sources
+        return TurnEpoch(source, self.longest, part)
+
+    def __len__(self) -> int:
+        lengths = self._lengths()
+        if self.longest:
+            return sum(lengths)
+        shortest = min(lengths)
+        return len(lengths) * shortest + lengths.index(shortest)
+
+
+class TurnEpoch(MixEpoch[T]):
+    """An epoch of ``interleave``: whose turn it is."""
+
+    def __init__(self, sources: list[SourceOpener], longest: bool, part: Any) -> None:
+        super().__init__(sources, longest, part)
+        if isinstance(self.place, dict):
+            self.place.setdefault("turn", 0)
 
     def _pick(self, count: int) -> int:
         place = self.place
@@ -225,13 +256,6 @@ class Interleaver(_Mixer[T]):
 
     def _taken(self, slot: int) -> None:
         self.place["turn"] = slot + 1  # type: ignore[index]
-
-    def __len__(self) -> int:
-        lengths = self._lengths()
-        if self.longest:
-            return sum(lengths)
-        shortest = min(lengths)
-        return len(lengths) * shortest + lengths.index(shortest)
 
 
 class RoundRobin(Interleaver[T]):
@@ -248,8 +272,8 @@ class RoundRobin(Interleaver[T]):
         super().__init__(*datasets, longest=longest)
 
 
-@core_stage("interleave_randomly")
-class RandomInterleaver(_Mixer[T], SeededStage):
+@register("interleave_randomly")
+class RandomInterleaver(_Mixer[T]):
     """Items of sources drawn at random (functional name: ``interleave_randomly``).
 
     The items of the source and of ``others``, as webdataset's ``RandomMix``: each item
@@ -289,17 +313,43 @@ class RandomInterleaver(_Mixer[T], SeededStage):
         seed: int | None = None,
     ) -> None:
         super().__init__((source_datapipe, *others), longest)
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise TypeError(f"seed must be an int or None, got {seed!r}")
         self.probs = _weights(probs, len(self.source_datapipes))
-        self.seeding = Seeding(seed)
-        self.draws = Draws(())
-        self._bounds: list[float] = []
+        self.seed = seed
 
-    def _begin(self, resume: dict[str, Any] | str | None) -> dict[str, Any]:
-        place = super()._begin(resume)
-        self.draws = Draws(self.seeding.next_material(self))
-        self.draws.skip(place.get("draws", 0))
-        self._bounds = _bounds([self.probs[index] for index in place["live"]])
-        return place
+    def open(self, source: Any, context: EpochContext, part: Any = None) -> DrawEpoch[T]:
+        if isinstance(part, AllReaders):
+            raise unshared(self)  # each reader's own draws among its sources
+        return DrawEpoch(source, self.longest, part, self.probs, Draws(context.material(self.seed)))
+
+    def __len__(self) -> int:
+        if not self.longest:
+            raise TypeError(
+                "interleave_randomly has no length without longest=True: where it ends depends "
+                "on the draws"
+            )
+        return sum(length for length, p in zip(self._lengths(), self.probs, strict=True) if p)
+
+
+class DrawEpoch(MixEpoch[T]):
+    """An epoch of ``interleave_randomly``: the draws made."""
+
+    def __init__(
+        self,
+        sources: list[SourceOpener],
+        longest: bool,
+        part: Any,
+        probs: list[float],
+        draws: Draws,
+    ) -> None:
+        super().__init__(sources, longest, part)
+        self.probs = probs
+        self.draws = draws
+        self._bounds: list[float] = []
+        if isinstance(self.place, dict):
+            draws.skip(self.place.get("draws", 0))
+            self._bounds = _bounds([probs[index] for index in self.place["live"]])
 
     def _pick(self, count: int) -> int:
         if not self._bounds[-1]:  # only sources that are never drawn are left
@@ -312,28 +362,11 @@ class RandomInterleaver(_Mixer[T], SeededStage):
         assert isinstance(place, dict)
         self._bounds = _bounds([self.probs[index] for index in place["live"]])
 
-    def set_seed(self, seed: int) -> None:
-        self.seeding.set_seed(seed)
-        super().set_seed(seed)
-
-    def get_state(self) -> dict[str, Any]:
-        state = super().get_state()
+    def part(self) -> dict[str, Any]:
+        state = super().part()
         if isinstance(state["place"], dict):
             state["place"]["draws"] = self.draws.count
-        state["seeding"] = self.seeding.state()
         return state
-
-    def set_state(self, state: Any) -> None:
-        super().set_state(state)
-        self.seeding.load_state(state["seeding"])
-
-    def __len__(self) -> int:
-        if not self.longest:
-            raise TypeError(
-                "interleave_randomly has no length without longest=True: where it ends depends "
-                "on the draws"
-            )
-        return sum(length for length, p in zip(self._lengths(), self.probs, strict=True) if p)
 
 
 class RandomMix(RandomInterleaver[T]):

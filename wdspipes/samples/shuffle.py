@@ -33,24 +33,30 @@ import itertools
 import random
 from array import array
 from collections.abc import Iterable, Iterator
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from wdspipes.core.arguments import int_at_least
-from wdspipes.core.curried import Stage, stage_factory
-from wdspipes.core.seeds import SeededStage, Seeding, SharedEpoch, sharding_position
-from wdspipes.core.stage import CoreStage, core_stage
+from wdspipes.core.context import EpochContext, Place, SamplePlaces
+from wdspipes.core.curried import Curried, stage_factory
+from wdspipes.core.elastic import owned
+from wdspipes.core.protocol import AllReaders, Epoch, Resumes, register
+from wdspipes.core.stage import Stage
 from wdspipes.errors import ResumeError
-from wdspipes.state.elastic import owned
-from wdspipes.state.graph import sample_places_of
-from wdspipes.state.protocol import AllReaders, SamplePlaces
 
-__all__ = ["BufferShuffler", "Draws", "detshuffle", "seed_from", "shuffle"]
+__all__ = ["BufferShuffler", "Draws", "SharedEpoch", "detshuffle", "seed_from", "shuffle"]
 
 T = TypeVar("T")
 
 
-@core_stage("buffer_shuffle")
-class BufferShuffler(SeededStage, CoreStage[T]):
+class SharedEpoch(Protocol):
+    """An epoch counter a program shares with its workers, as webdataset's ``SharedEpoch``:
+    :meth:`get_value` gives the epoch."""
+
+    def get_value(self) -> int: ...
+
+
+@register("buffer_shuffle")
+class BufferShuffler(Stage[T]):
     """Shuffle items through a buffer (functional name: ``buffer_shuffle``).
 
     Args:
@@ -59,9 +65,9 @@ class BufferShuffler(SeededStage, CoreStage[T]):
         initial: how many items to buffer before the first comes out (at most ``bufsize``).
         seed: fixes the orders; otherwise the loader's ``set_seed`` or fresh entropy decides.
         rng: a ``random.Random`` to take ``seed`` from, once (webdataset's argument).
-        epoch: the number of the first epoch (as ``set_epoch``); or a counter whose
-            ``get_value()`` is the epoch, read as each epoch begins (webdataset's
-            ``SharedEpoch``, which a program sets in the main process).
+        epoch: the number of the first epoch (as ``set_epoch``: the pipeline's epochs count on
+            from it); or a counter whose ``get_value()`` is the epoch, read as each epoch
+            begins (webdataset's ``SharedEpoch``, which a program sets in the main process).
 
     Yields:
         The source's items, each once, in shuffled order.
@@ -74,6 +80,11 @@ class BufferShuffler(SeededStage, CoreStage[T]):
     >>> sorted(shuffled) == list(range(10)), list(shuffled) == list(shuffled)
     (True, False)
     """
+
+    resumes = Resumes.FROM_START
+    """Before the reader (a shard shuffle), its seed gives the epoch's order again; after it,
+    its epoch says where the samples it holds live, and the reader reads them again."""
+    shares = True
 
     def __init__(
         self,
@@ -88,28 +99,13 @@ class BufferShuffler(SeededStage, CoreStage[T]):
         super().__init__()
         int_at_least("bufsize", bufsize)
         int_at_least("initial", initial, least=0)
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise TypeError(f"seed must be an int or None, got {seed!r}")
         self.source_datapipe = source_datapipe
         self.bufsize = bufsize
         self.initial = min(initial, bufsize)
-        shared = None if epoch is None or isinstance(epoch, int) else epoch
-        self.seeding = Seeding(seed_from(rng, seed), shared_epoch=shared)
-        if isinstance(epoch, int):
-            self.seeding.set_epoch(epoch)
-        # Resume bookkeeping (see wdspipes.state.checkpoint): where the buffered samples live,
-        # as flat (shard index, offset) pairs in buffer order, the draws made, and what a
-        # restored state asks of the next iteration: the samples to hold again (and the draws
-        # made), or a merged state's.
-        self.refs = array("q")
-        self.draws = Draws(())
-        self.link: SamplePlaces | None = None  # the reader's, whose samples' places are kept
-        self.untracked: str | None = None
-        self._resume: dict[str, Any] | AllReaders | None = None
-
-    def set_seed(self, seed: int) -> None:
-        self.seeding.set_seed(seed)
-        self._resume = None
-        self.refs = array("q")
-        self.draws = Draws(())
+        self.seed = seed_from(rng, seed)
+        self.epoch = epoch
 
     def set_shuffle(self, shuffle: bool = True) -> BufferShuffler[T]:
         """The loader's ``shuffle`` flag (``DataLoader(shuffle=...)``, DataLoader2's
@@ -124,90 +120,107 @@ class BufferShuffler(SeededStage, CoreStage[T]):
         """
         return self
 
-    def __iter__(self) -> Iterator[T]:
-        resume, self._resume = self._resume, None
-        link = sample_places_of(self)  # the reader's, where its samples come one for one
-        places = self.link = link if isinstance(link, SamplePlaces) else None
-        self.untracked = link if isinstance(link, str) else None
-        draws = self.draws = Draws(self.seeding.next_material(self))
-        buffer: list[T] = []
-        refs = self.refs = array("q")
-        source = iter(self.source_datapipe)
-        if resume is not None:  # the reader yields the buffered samples first
+    def open(self, source: Iterable[T], context: EpochContext, part: Any = None) -> ShuffleEpoch[T]:
+        epoch = self.epoch
+        if epoch is not None and not isinstance(epoch, int):
+            number: int | None = int(epoch.get_value())
+        else:
+            number = None if epoch is None else context.epoch + epoch
+        draws = Draws(context.material(self.seed, number))
+        places = context.places
+        held: list[Place] = []
+        if isinstance(part, dict) and "buffer" in part:
+            values = array("q", part["buffer"])
+            held = list(zip(values[::2], values[1::2], strict=True))
+            draws.skip(part["draws"])
+        elif isinstance(part, AllReaders):  # this reader's share: its shards' samples
+            stream = (1, 0) if context.split is None else context.split.stream
+            mine: set[Place] = set()
+            for each in part.parts:
+                values = array("q", (each or {}).get("buffer", b""))
+                found = zip(values[::2], values[1::2], strict=True)
+                mine.update(place for place in found if owned(place[0], stream))
+            held = sorted(mine)
+        if held:  # the reader yields the samples held first
             if places is None:
                 raise ResumeError(
-                    "BufferShuffler (buffer_shuffle): the state holds samples, but no reader "
-                    "is upstream"
+                    "BufferShuffler (buffer_shuffle): the state holds samples, but no reader is "
+                    "upstream"
                 )
-            again = self._held_again(resume, places)
-            refs.extend(itertools.chain.from_iterable(again))
-            places.again = again  # before the reader begins
-            buffer.extend(itertools.islice(source, len(again)))
-            while len(buffer) > self.bufsize:  # a merged state's share: back to bufsize
+            places.again = held
+        return ShuffleEpoch(self, source, draws, places, context.untracked, held)
+
+    def __len__(self) -> int:
+        return len(self.source_datapipe)  # a TypeError if it has none
+
+
+class ShuffleEpoch(Epoch[T]):
+    """An epoch of ``buffer_shuffle``: the draws made, and where each sample in the buffer lives
+    (flat ``(shard index, offset)`` pairs in buffer order) when a reader is before it."""
+
+    def __init__(
+        self,
+        stage: BufferShuffler[T],
+        source: Iterable[T],
+        draws: Draws,
+        places: SamplePlaces | None,
+        untracked: str | None,
+        held: list[Place],
+    ) -> None:
+        self.bufsize, self.initial = stage.bufsize, stage.initial
+        self.source = source
+        self.draws = draws
+        self.places = places
+        self.untracked = untracked
+        self.refs = array("q", itertools.chain.from_iterable(held))
+        self.held = len(held)
+        self.begun = False
+
+    def __iter__(self) -> Iterator[T]:
+        self.begun = True
+        bufsize, initial = self.bufsize, self.initial
+        draws, places, refs = self.draws, self.places, self.refs
+        buffer: list[T] = []
+        source = iter(self.source)
+        if self.held:  # the samples the reader reads again first
+            buffer.extend(itertools.islice(source, self.held))
+            while len(buffer) > bufsize:  # a merged state's share: back to bufsize
                 yield _take(buffer, refs, draws)
         for item in source:
             buffer.append(item)
             if places is not None:
                 refs.extend(places.last)
-            if len(buffer) < self.bufsize:  # grow: take one more while below bufsize
+            if len(buffer) < bufsize:  # grow: take one more while below bufsize
                 extra = next(source, _END)
                 if extra is not _END:
                     buffer.append(extra)  # type: ignore[arg-type]
                     if places is not None:
                         refs.extend(places.last)
-            if len(buffer) >= self.initial:
+            if len(buffer) >= initial:
                 yield _take(buffer, refs, draws)
         while buffer:
             yield _take(buffer, refs, draws)
 
-    def _held_again(
-        self, resume: dict[str, Any] | AllReaders, places: SamplePlaces
-    ) -> list[tuple[int, int]]:
-        """The places of the samples a restored state left in the buffer, in buffer order:
-        its own (the draws made go on), or this reader's share of a merged state's (those in
-        the shards the sharding filter gives it, drawn anew)."""
-        if isinstance(resume, dict):
-            held = array("q", resume["buffer"])
-            self.draws.skip(resume["draws"])
-            return list(zip(held[::2], held[1::2], strict=True))
-        layout = sharding_position(self) or (1, 0)
-        mine: set[tuple[int, int]] = set()
-        for part in resume.parts:
-            held = array("q", part.get("buffer", b""))
-            places_held = zip(held[::2], held[1::2], strict=True)
-            mine.update(place for place in places_held if owned(place[0], layout))
-        return sorted(mine)
-
-    def __len__(self) -> int:
-        return len(self.source_datapipe)  # type: ignore[arg-type]  # a TypeError if it has none
-
-    def get_state(self) -> dict[str, Any]:
-        """The seed state; after the reader also the draws made and the places of the samples
-        in the buffer (which the reader yields again first when restored). Before the reader
-        (a shard shuffle), the seed state alone makes it give the epoch's order again.
+    def part(self) -> dict[str, Any] | None:
+        """After the reader, the draws made and the places of the samples in the buffer (which
+        the reader yields again first when restored); before it (a shard shuffle), nothing: the
+        seed gives the epoch's order again.
 
         Raises:
             ResumeError: a stage between the reader and the buffer changes how many items come
                 out, so the buffered samples' places are not known.
         """
-        state: dict[str, Any] = {"seeding": self.seeding.state()}
         if self.untracked is not None:
+            if not self.begun:  # it holds nothing yet
+                return None
             raise ResumeError(
                 f"BufferShuffler (buffer_shuffle) cannot save where the samples in its buffer "
                 f"live: {self.untracked} between it and the reader changes how many items come "
                 "out; shuffle before that stage"
             )
-        if self.link is not None:
-            state["draws"] = self.draws.count
-            state["buffer"] = self.refs.tobytes()
-        return state
-
-    def set_state(self, state: Any) -> None:
-        super().set_state(state)
-        if isinstance(state, AllReaders):
-            self._resume = state if any("buffer" in part for part in state.parts) else None
-        else:
-            self._resume = state if "buffer" in state else None
+        if self.places is None:
+            return None
+        return {"draws": self.draws.count, "buffer": self.refs.tobytes()}
 
 
 _END: object = object()
@@ -294,10 +307,10 @@ def shuffle(
     rng: random.Random | int | None = None,
     seed: int | None = None,
     handler: Any = None,  # taken and not used, as in webdataset
-) -> Stage:
+) -> Curried:
     """The shuffler stage for ``DataPipeline(...)``: ``buffer_shuffle(bufsize, initial, seed)``,
     in webdataset's signature (``seed`` from a generator ``rng``, if given: see the module)."""
-    return Stage(BufferShuffler, bufsize=bufsize, initial=initial, seed=seed_from(rng, seed))
+    return Curried(BufferShuffler, bufsize=bufsize, initial=initial, seed=seed_from(rng, seed))
 
 
 @stage_factory
@@ -306,9 +319,9 @@ def detshuffle(
     initial: int = 100,
     seed: int = 0,
     epoch: int | SharedEpoch = -1,
-) -> Stage:
+) -> Curried:
     """webdataset's ``detshuffle``: ``buffer_shuffle(bufsize, initial, seed)`` whose first
     epoch is ``epoch + 1`` (webdataset counts up before each epoch), or whose epoch is read
     from a counter shared with the program (see the module)."""
     first = epoch + 1 if isinstance(epoch, int) else epoch
-    return Stage(BufferShuffler, bufsize=bufsize, initial=initial, seed=seed, epoch=first)
+    return Curried(BufferShuffler, bufsize=bufsize, initial=initial, seed=seed, epoch=first)

@@ -8,9 +8,10 @@ basic handlers. A field nobody decodes stays bytes; fields starting with ``__`` 
 
 A handler with a true ``takes_rng`` attribute (an image decoder with ``crop=``) is called as
 ``handler(key, data, rng)``: ``rng`` is a ``random.Random`` seeded from the stage's seed for the
-epoch (see :mod:`wdspipes.core.seeds`) and the sample's ``__url__`` and ``__key__``, so its draws do
-not depend on the order samples come in (a resumed epoch draws the same), and each field of a
-sample gets a generator in the same state (an image and its mask of one size crop alike).
+epoch (see :mod:`wdspipes.core.context`) and the sample's ``__url__`` and ``__key__``, so its
+draws do not depend on the order samples come in (a resumed epoch draws the same), and each
+field of a sample gets a generator in the same state (an image and its mask of one size crop
+alike).
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from wdspipes.core.curried import Stage, stage_factory
-from wdspipes.core.seeds import SeededStage, Seeding
-from wdspipes.core.stage import CoreStage, Sample, core_stage
+from wdspipes.core.context import EpochContext
+from wdspipes.core.curried import Curried, stage_factory
+from wdspipes.core.protocol import Resumes, register
+from wdspipes.core.stage import Sample, Stage
 from wdspipes.errors import DecodeError, Handler, handle, reraise_exception, sample_location
 from wdspipes.samples.decoders.basic import (
     MAX_DECODED_SIZE,
@@ -257,8 +259,8 @@ class Decoder:
             ) from exn
 
 
-@core_stage("decode")
-class SampleDecoder(SeededStage, CoreStage[Sample]):
+@register("decode")
+class SampleDecoder(Stage[Sample]):
     """Decode the fields of each sample (functional name: ``decode``).
 
     Each sample goes through a :class:`Decoder` made of the arguments.
@@ -278,7 +280,7 @@ class SampleDecoder(SeededStage, CoreStage[Sample]):
         trusted: allow pickle fields and a full ``torch.load``, which run code from the data.
         seed: fixes the generators handed to random handlers (such as an image decoder with
             ``crop=``), with the epoch; otherwise the loader's ``set_seed`` or fresh entropy
-            decides (see :mod:`wdspipes.core.seeds`).
+            decides (see :mod:`wdspipes.core.context`).
         max_size: the most bytes a ``.gz`` field decompresses to, and the members of an
             ``.npz`` field hold together (default 256 MiB,
             :data:`~wdspipes.samples.decoders.basic.MAX_DECODED_SIZE`).
@@ -317,7 +319,7 @@ class SampleDecoder(SeededStage, CoreStage[Sample]):
     [torch.Size([3, 16, 16]), torch.Size([3, 16, 16]), torch.Size([3, 16, 16])]
     """
 
-    one_to_one = True
+    resumes = Resumes.ITEM_BY_ITEM  # a sample's draws depend on the epoch and the sample alone
 
     def __init__(
         self,
@@ -339,9 +341,13 @@ class SampleDecoder(SeededStage, CoreStage[Sample]):
         self.partial = partial
         self.handler = handler
         self.trusted = trusted
-        self.seeding = Seeding(seed)
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise TypeError(f"seed must be an int or None, got {seed!r}")
+        self.seed = seed
 
-    def __iter__(self) -> Iterator[Sample]:
+    def open(
+        self, source: Iterable[Sample], context: EpochContext, part: Any = None
+    ) -> Iterator[Sample]:
         decoder = Decoder(
             *self.handlers,
             only=self.only,
@@ -349,19 +355,20 @@ class SampleDecoder(SeededStage, CoreStage[Sample]):
             trusted=self.trusted,
             max_size=self.max_size,
         )
-        material = self._material() if decoder.draws else None
-        for sample in self.source_datapipe:
+        # a sample's draws depend on the epoch's seed material and on the sample alone, so
+        # going on mid-epoch needs nothing of its own
+        material = context.material(self.seed) if decoder.draws else None
+        return self._decoded(source, decoder, material)
+
+    def _decoded(
+        self, source: Iterable[Sample], decoder: Decoder, material: tuple[object, ...] | None
+    ) -> Iterator[Sample]:
+        for sample in source:
             try:
                 yield decoder.decode(sample, material)
             except DecodeError as exn:
                 if not handle(self.handler, exn):
                     return
-
-    def _material(self) -> tuple[object, ...]:
-        """The epoch's seed material (see :mod:`wdspipes.core.seeds`): a sample's draws depend
-        on it and on the sample alone, so going on mid-epoch needs nothing more than the
-        stage's seed state."""
-        return self.seeding.next_material(self)
 
 
 def sample_seed(material: tuple[object, ...], sample: Sample) -> str:
@@ -396,14 +403,14 @@ def decode(
     seed: int | None = None,
     max_size: int = MAX_DECODED_SIZE,
     max_pixels: int | None = MAX_PIXELS,
-) -> Stage:
+) -> Curried:
     """The decoder stage for ``DataPipeline(...)``: ``decode(*handlers, ...)``."""
     limits: dict[str, Any] = {}
     if max_size != MAX_DECODED_SIZE:
         limits["max_size"] = max_size
     if max_pixels != MAX_PIXELS:
         limits["max_pixels"] = max_pixels
-    return Stage(
+    return Curried(
         SampleDecoder,
         *handlers,
         only=only,

@@ -34,8 +34,8 @@ import itertools
 from collections.abc import Iterable
 from typing import Any
 
+from wdspipes.core.engine import FORMAT
 from wdspipes.errors import ResumeError
-from wdspipes.state.checkpoint import FORMAT
 
 __all__ = ["ShardSet", "merge_pipeline_states", "owned", "share_of"]
 
@@ -172,6 +172,7 @@ def merge_pipeline_states(states: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "epoch": next(iter(epochs), None),
+        "seeded": any(state.get("seeded", False) for state in states),
         "readers": readers,
         "starting": [index for index, state in enumerate(ordered) if state["stages"] is None],
         "stages": (
