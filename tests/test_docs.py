@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -104,19 +105,29 @@ CODE_WIDTH = 88  # the widest line a code block shows without a scroll bar
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 
 
-def wide_code_lines(path: Path) -> list[tuple[int, int]]:
-    """(line number, width) of each line inside a fenced code block wider than CODE_WIDTH."""
-    wide = []
+def page_lines(path: Path) -> Iterator[tuple[int, str, str]]:
+    """(line number, line, part) for each line of a page, the part being "prose", "fence"
+    (a line that opens or closes a fenced code block) or "code" (a line inside one)."""
     fence = ""
     for number, line in enumerate(path.read_text().splitlines(), 1):
         match = _FENCE.match(line)
         if not fence:
             fence = match.group(1) if match else ""
+            yield number, line, "fence" if fence else "prose"
         elif match and match.group(1).startswith(fence) and line.strip() == match.group(1):
             fence = ""
-        elif len(line) > CODE_WIDTH:
-            wide.append((number, len(line)))
-    return wide
+            yield number, line, "fence"
+        else:
+            yield number, line, "code"
+
+
+def wide_code_lines(path: Path) -> list[tuple[int, int]]:
+    """(line number, width) of each line inside a fenced code block wider than CODE_WIDTH."""
+    return [
+        (number, len(line))
+        for number, line, part in page_lines(path)
+        if part == "code" and len(line) > CODE_WIDTH
+    ]
 
 
 def test_code_lines_in_the_docs_fit_their_boxes() -> None:
@@ -136,6 +147,42 @@ def test_wide_code_lines_are_found(tmp_path: Path) -> None:
     lines += ["y" * 88, "    " + "z" * 85, "  ~~~~", "w" * 100]
     page.write_text("\n".join(lines) + "\n")
     assert wide_code_lines(page) == [(5, 89), (11, 89)]
+
+
+def unfenced_examples(path: Path) -> list[int]:
+    """The numbers of the ``>>>`` lines of a page outside any fenced code block. The doctest
+    runner reads them all the same, but Markdown shows them as a quotation nested three deep,
+    the lines run together; a page fences each run of examples as ```` ```pycon ````."""
+    return [
+        number
+        for number, line, part in page_lines(path)
+        if part == "prose" and line.lstrip().startswith(">>>")
+    ]
+
+
+def test_doctest_examples_in_the_docs_are_fenced() -> None:
+    # The site's pages, and the README, which the code host renders the same way.
+    pages = [*sorted(DOCS.rglob("*.md")), ROOT / "README.md"]
+    assert len(pages) > 20
+    bare = [
+        f"{page.relative_to(ROOT).as_posix()}:{number}"
+        for page in pages
+        for number in unfenced_examples(page)
+    ]
+    assert not bare, (
+        "'>>>' lines outside a fenced code block, shown as a quotation with the lines run "
+        "together (put each run of examples in a ```pycon fence, a blank line before its "
+        "closing ```):\n" + "\n".join(bare)
+    )
+
+
+def test_unfenced_examples_are_found(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    lines = ["Text with `>>>` inside.", "", ">>> bare()", "1", "", "```pycon", ">>> fenced()"]
+    lines += ["", "```", "", "!!! note", "", "    ~~~~pycon", "    >>> in_a_note()", "    ```"]
+    lines += ["    >>> still_fenced()", "    ~~~~", "", "- a list item:", "", "    >>> bare"]
+    page.write_text("\n".join(lines) + "\n")
+    assert unfenced_examples(page) == [3, 21]
 
 
 @pytest.fixture(scope="module")
