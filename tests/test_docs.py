@@ -190,6 +190,51 @@ def test_unfenced_examples_are_found(tmp_path: Path) -> None:
     assert unfenced_examples(page) == [3, 21]
 
 
+_LIST_ITEM = re.compile(r"^(\s*)([-*+]|1[.)])\s+\S")
+_NOT_A_PARAGRAPH = ("|", "#", "<", ">", "!!!", "???")
+
+
+def lists_without_a_blank_line(path: Path) -> list[int]:
+    """The numbers of the lines of a page that start a list right under a line of a paragraph.
+    The site's Markdown (Python-Markdown) starts a list only after a blank line, so such items
+    run into the paragraph as one line of text with dashes in it."""
+    found = []
+    previous, previous_part = "", "fence"
+    for number, line, part in page_lines(path):
+        item = _LIST_ITEM.match(line)
+        if item and part == previous_part == "prose" and previous.strip():
+            indent = len(item.group(1))
+            same_level = len(previous) - len(previous.lstrip()) == indent
+            paragraph = not previous.lstrip().startswith(_NOT_A_PARAGRAPH)
+            if same_level and paragraph and not _LIST_ITEM.match(previous):
+                found.append(number)
+        previous, previous_part = line, part
+    return found
+
+
+def test_lists_in_the_docs_follow_a_blank_line() -> None:
+    pages = [*sorted(DOCS.rglob("*.md")), ROOT / "README.md"]
+    glued = [
+        f"{page.relative_to(ROOT).as_posix()}:{number}"
+        for page in pages
+        for number in lists_without_a_blank_line(page)
+    ]
+    assert not glued, (
+        "lists right under a paragraph line, which the site runs into the paragraph (put a "
+        "blank line before them):\n" + "\n".join(glued)
+    )
+
+
+def test_lists_without_a_blank_line_are_found(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    lines = ["Images:", "- numpy arrays,", "  wrapped;", "- torch tensors.", "", "Fine:", ""]
+    lines += ["- one", "", "```text", "x", "- not a list", "```", "", "!!! note", ""]
+    lines += ["    Inside a note:", "    1. glued", "", "2026 saw", "1999. Not a list.", "| a |"]
+    lines += ["- after a table row", "", "wrapped prose", "0. not a list item either"]
+    page.write_text("\n".join(lines) + "\n")
+    assert lists_without_a_blank_line(page) == [2, 18]
+
+
 @pytest.fixture(scope="module")
 def plots() -> ModuleType:
     return load_module(ROOT / "benchmarks" / "plots.py")
