@@ -181,6 +181,36 @@ def test_doctest_examples_in_the_docs_are_fenced() -> None:
     )
 
 
+# Markdown reads ">>> " as three quotation marks: a bare example line becomes a quotation
+# nested three deep, its ">>>" gone and its lines run together.
+_QUOTED_EXAMPLE = re.compile(r"<blockquote>\s*<blockquote>\s*<blockquote>")
+
+
+@pytest.mark.slow
+def test_no_page_of_the_site_shows_examples_as_a_quotation(site: Path) -> None:
+    # The pages' sources are checked above; this also covers the API reference's docstrings.
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 20
+    quoted = [
+        page.relative_to(site).as_posix()
+        for page in pages
+        if _QUOTED_EXAMPLE.search(page.read_text())
+    ]
+    assert not quoted, f"pages showing '>>>' examples as a quotation nested three deep: {quoted}"
+
+
+def test_quoted_examples_are_found() -> None:
+    # Imported here: .venv-torchdata-0.11 collects this module too and has no docs tools.
+    import markdown
+
+    bare = markdown.markdown("Text:\n\n>>> import wdspipes as wds\n>>> wds.__name__\n'wdspipes'")
+    assert _QUOTED_EXAMPLE.search(bare)
+    fenced = markdown.markdown(
+        "```pycon\n>>> wds.__name__\n```", extensions=["pymdownx.superfences"]
+    )
+    assert not _QUOTED_EXAMPLE.search(fenced + "<blockquote><p>a quotation</p></blockquote>")
+
+
 def test_unfenced_examples_are_found(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     lines = ["Text with `>>>` inside.", "", ">>> bare()", "1", "", "```pycon", ">>> fenced()"]
