@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -60,7 +61,12 @@ def test_the_site_builds_strictly(site: Path) -> None:
     assert not (site / "conftest.py").exists(), "docs/conftest.py is no page"
     # Code in tables keeps whole words (docs/stylesheets/extra.css, via mkdocs.yml).
     assert "stylesheets/extra.css" in (site / "performance" / "index.html").read_text()
-    assert "white-space: nowrap" in (site / "stylesheets" / "extra.css").read_text()
+    css = (site / "stylesheets" / "extra.css").read_text()
+    assert "white-space: nowrap" in css
+    # ... but for the type annotations of the API reference's tables, which wrap at spaces.
+    assert ".md-typeset tr.doc-section-item > td:nth-child(2) > code {" in css
+    # Code blocks hold CODE_WIDTH columns at the widths of the three-column page.
+    assert re.search(r"\.md-typeset pre > code \{\s*font-size: \.76em;", css)
 
 
 def inventory(site: Path) -> set[str]:
@@ -101,23 +107,35 @@ def test_every_stage_has_an_example_on_the_stages_page() -> None:
     assert not missing, f"docs/guide/stages.md has no example of {missing}"
 
 
-CODE_WIDTH = 88  # the widest line a code block shows without a scroll bar
+# The widest line a code block shows without a scroll bar, on screens from 1220 pixels wide
+# (docs/stylesheets/extra.css sizes the font of code blocks for it).
+CODE_WIDTH = 88
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})")
 
 
-def wide_code_lines(path: Path) -> list[tuple[int, int]]:
-    """(line number, width) of each line inside a fenced code block wider than CODE_WIDTH."""
-    wide = []
+def page_lines(path: Path) -> Iterator[tuple[int, str, str]]:
+    """(line number, line, part) for each line of a page, the part being "prose", "fence"
+    (a line that opens or closes a fenced code block) or "code" (a line inside one)."""
     fence = ""
     for number, line in enumerate(path.read_text().splitlines(), 1):
         match = _FENCE.match(line)
         if not fence:
             fence = match.group(1) if match else ""
+            yield number, line, "fence" if fence else "prose"
         elif match and match.group(1).startswith(fence) and line.strip() == match.group(1):
             fence = ""
-        elif len(line) > CODE_WIDTH:
-            wide.append((number, len(line)))
-    return wide
+            yield number, line, "fence"
+        else:
+            yield number, line, "code"
+
+
+def wide_code_lines(path: Path) -> list[tuple[int, int]]:
+    """(line number, width) of each line inside a fenced code block wider than CODE_WIDTH."""
+    return [
+        (number, len(line))
+        for number, line, part in page_lines(path)
+        if part == "code" and len(line) > CODE_WIDTH
+    ]
 
 
 def test_code_lines_in_the_docs_fit_their_boxes() -> None:
@@ -137,6 +155,117 @@ def test_wide_code_lines_are_found(tmp_path: Path) -> None:
     lines += ["y" * 88, "    " + "z" * 85, "  ~~~~", "w" * 100]
     page.write_text("\n".join(lines) + "\n")
     assert wide_code_lines(page) == [(5, 89), (11, 89)]
+
+
+def unfenced_examples(path: Path) -> list[int]:
+    """The numbers of the ``>>>`` lines of a page outside any fenced code block. The doctest
+    runner reads them all the same, but Markdown shows them as a quotation nested three deep,
+    the lines run together; a page fences each run of examples as ```` ```pycon ````."""
+    return [
+        number
+        for number, line, part in page_lines(path)
+        if part == "prose" and line.lstrip().startswith(">>>")
+    ]
+
+
+def test_doctest_examples_in_the_docs_are_fenced() -> None:
+    # The site's pages, and the README, which the code host renders the same way.
+    pages = [*sorted(DOCS.rglob("*.md")), ROOT / "README.md"]
+    assert len(pages) > 20
+    bare = [
+        f"{page.relative_to(ROOT).as_posix()}:{number}"
+        for page in pages
+        for number in unfenced_examples(page)
+    ]
+    assert not bare, (
+        "'>>>' lines outside a fenced code block, shown as a quotation with the lines run "
+        "together (put each run of examples in a ```pycon fence, a blank line before its "
+        "closing ```):\n" + "\n".join(bare)
+    )
+
+
+# Markdown reads ">>> " as three quotation marks: a bare example line becomes a quotation
+# nested three deep, its ">>>" gone and its lines run together.
+_QUOTED_EXAMPLE = re.compile(r"<blockquote>\s*<blockquote>\s*<blockquote>")
+
+
+@pytest.mark.slow
+def test_no_page_of_the_site_shows_examples_as_a_quotation(site: Path) -> None:
+    # The pages' sources are checked above; this also covers the API reference's docstrings.
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 20
+    quoted = [
+        page.relative_to(site).as_posix()
+        for page in pages
+        if _QUOTED_EXAMPLE.search(page.read_text())
+    ]
+    assert not quoted, f"pages showing '>>>' examples as a quotation nested three deep: {quoted}"
+
+
+def test_quoted_examples_are_found() -> None:
+    # Imported here: .venv-torchdata-0.11 collects this module too and has no docs tools.
+    import markdown
+
+    bare = markdown.markdown("Text:\n\n>>> import wdspipes as wds\n>>> wds.__name__\n'wdspipes'")
+    assert _QUOTED_EXAMPLE.search(bare)
+    fenced = markdown.markdown(
+        "```pycon\n>>> wds.__name__\n```", extensions=["pymdownx.superfences"]
+    )
+    assert not _QUOTED_EXAMPLE.search(fenced + "<blockquote><p>a quotation</p></blockquote>")
+
+
+def test_unfenced_examples_are_found(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    lines = ["Text with `>>>` inside.", "", ">>> bare()", "1", "", "```pycon", ">>> fenced()"]
+    lines += ["", "```", "", "!!! note", "", "    ~~~~pycon", "    >>> in_a_note()", "    ```"]
+    lines += ["    >>> still_fenced()", "    ~~~~", "", "- a list item:", "", "    >>> bare"]
+    page.write_text("\n".join(lines) + "\n")
+    assert unfenced_examples(page) == [3, 21]
+
+
+_LIST_ITEM = re.compile(r"^(\s*)([-*+]|1[.)])\s+\S")
+_NOT_A_PARAGRAPH = ("|", "#", "<", ">", "!!!", "???")
+
+
+def lists_without_a_blank_line(path: Path) -> list[int]:
+    """The numbers of the lines of a page that start a list right under a line of a paragraph.
+    The site's Markdown (Python-Markdown) starts a list only after a blank line, so such items
+    run into the paragraph as one line of text with dashes in it."""
+    found = []
+    previous, previous_part = "", "fence"
+    for number, line, part in page_lines(path):
+        item = _LIST_ITEM.match(line)
+        if item and part == previous_part == "prose" and previous.strip():
+            indent = len(item.group(1))
+            same_level = len(previous) - len(previous.lstrip()) == indent
+            paragraph = not previous.lstrip().startswith(_NOT_A_PARAGRAPH)
+            if same_level and paragraph and not _LIST_ITEM.match(previous):
+                found.append(number)
+        previous, previous_part = line, part
+    return found
+
+
+def test_lists_in_the_docs_follow_a_blank_line() -> None:
+    pages = [*sorted(DOCS.rglob("*.md")), ROOT / "README.md"]
+    glued = [
+        f"{page.relative_to(ROOT).as_posix()}:{number}"
+        for page in pages
+        for number in lists_without_a_blank_line(page)
+    ]
+    assert not glued, (
+        "lists right under a paragraph line, which the site runs into the paragraph (put a "
+        "blank line before them):\n" + "\n".join(glued)
+    )
+
+
+def test_lists_without_a_blank_line_are_found(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    lines = ["Images:", "- numpy arrays,", "  wrapped;", "- torch tensors.", "", "Fine:", ""]
+    lines += ["- one", "", "```text", "x", "- not a list", "```", "", "!!! note", ""]
+    lines += ["    Inside a note:", "    1. glued", "", "2026 saw", "1999. Not a list.", "| a |"]
+    lines += ["- after a table row", "", "wrapped prose", "0. not a list item either"]
+    page.write_text("\n".join(lines) + "\n")
+    assert lists_without_a_blank_line(page) == [2, 18]
 
 
 @pytest.fixture(scope="module")
