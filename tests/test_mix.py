@@ -9,6 +9,7 @@ here are those whose epochs differ in length)."""
 from __future__ import annotations
 
 import itertools
+import pickle
 import random
 import warnings
 from collections import Counter
@@ -223,3 +224,17 @@ def test_mixed_datasets_split_among_workers_read_every_sample_once(small_shards:
     loader = DataLoader(mixed, batch_size=None, num_workers=2)
     keys = sorted(sample["__key__"] for sample in loader)
     assert keys == sorted(s["__key__"] for s in wds.WebDataset(small_shards.paths))
+
+
+def test_a_mixers_state_does_not_change_as_its_epoch_goes_on(stage_shards: Shards) -> None:
+    """The state shared its list of the sources still read with the running epoch: one kept in
+    memory (not pickled at once) lost the sources that ran out after it was taken."""
+    pipe = samples(stage_shards.paths[:1]).interleave(
+        samples(stage_shards.paths[1:]), longest=True
+    )
+    items = iter(pipe)
+    next(items)
+    state = pipe.state_dict()
+    kept = pickle.dumps(state)
+    assert len(list(items)) == 11
+    assert pickle.dumps(state) == kept
