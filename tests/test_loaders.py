@@ -393,7 +393,7 @@ def test_fixed_seed_order_depends_only_on_seed_and_epoch(
     num_workers: int,
 ) -> None:
     """``seed=``: DataLoader2 (any number of workers), plain DataLoader without workers and a
-    ``for`` loop number epochs alike, so they give the same orders (wdspipes.core.seeds)."""
+    ``for`` loop number epochs alike, so they give the same orders (wdspipes.core.context)."""
     reference = read_shard_orders(order_shards, 0, seed=7)
     expected = [split_among(in_process_order(order), max(num_workers, 1)) for order in reference]
     epochs = read(wds.WebDataset(order_shards, shardshuffle=True, seed=7).map(tag_reader))

@@ -229,9 +229,7 @@ def test_mixed_datasets_split_among_workers_read_every_sample_once(small_shards:
 def test_a_mixers_state_does_not_change_as_its_epoch_goes_on(stage_shards: Shards) -> None:
     """The state shared its list of the sources still read with the running epoch: one kept in
     memory (not pickled at once) lost the sources that ran out after it was taken."""
-    pipe = samples(stage_shards.paths[:1]).interleave(
-        samples(stage_shards.paths[1:]), longest=True
-    )
+    pipe = samples(stage_shards.paths[:1]).interleave(samples(stage_shards.paths[1:]), longest=True)
     items = iter(pipe)
     next(items)
     state = pipe.state_dict()

@@ -17,7 +17,7 @@ workers (and rank), each worker takes its own state back and the round-robin goe
 worker whose turn it was: the batches are those the uninterrupted run would have delivered,
 those prefetched but not delivered included. Loaded into a loader with another number of
 workers, or merged across ranks (:func:`merge_states`), every worker takes its share of the work
-left (see :mod:`wdspipes.state.elastic`).
+left (see :mod:`wdspipes.core.elastic`).
 
 **StatefulDataLoader** keeps a state per worker itself; with another number of workers, the
 mend merges the workers' states and gives every new worker the merged state.
@@ -397,7 +397,7 @@ def merge_states(states: list[dict[str, Any]]) -> dict[str, Any]:
     rank the list of all the old ranks' states merged: ``loader.load_state_dict(
     wds.merge_states(states))``. The rest of the epoch delivers every sample not yet delivered
     once, in an order that the merged state and the new numbers of ranks and workers decide
-    (see :mod:`wdspipes.state.elastic`); the epochs after it are normal epochs of the new job.
+    (see :mod:`wdspipes.core.elastic`); the epochs after it are normal epochs of the new job.
 
     Args:
         states: DataLoader2 states, StatefulDataLoader states, or pipeline states

@@ -30,7 +30,7 @@ def as_node(pipe: Any) -> Any:
     Each epoch of the loader is an iteration of the pipeline, numbered as a ``for`` loop over
     it numbers them (``pipe.set_epoch(n)`` numbers the next one ``n``). The node's state is
     ``pipe.state_dict()``, and starting from a state is ``pipe.load_state_dict(state)``
-    (see :mod:`wdspipes.state.checkpoint`): the loader restored from a state saved at any
+    (see :mod:`wdspipes.core.engine`): the loader restored from a state saved at any
     point delivers what the uninterrupted run would have, in the same order, that epoch and
     the epochs after it. A pipeline that cannot resume raises
     :class:`~wdspipes.errors.ResumeError` naming the stage as its state is asked for.

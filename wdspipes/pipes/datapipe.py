@@ -25,7 +25,7 @@ from torch.utils.data.datapipes.iter import IterableWrapper
 from wdspipes.core.protocol import registered, set_front_ends
 from wdspipes.core.stage import Sample, Stage
 from wdspipes.loaders.compat import fix_dataloader2
-from wdspipes.pipes.pickling import restored_state, stage_state
+from wdspipes.pipes.pickling import pickled_attributes, unpickled_attributes
 
 __all__ = ["Sample", "StageDataPipe", "front_end", "webdataset_call"]
 
@@ -107,11 +107,13 @@ class StageDataPipe(IterDataPipe[T_co]):
 
     def __getstate__(self) -> Any:
         fix_dataloader2()
-        return stage_state(self)  # lambdas stay unpickled without workers (wdspipes.pipes.pickling)
+        return pickled_attributes(
+            self
+        )  # lambdas stay unpickled without workers (wdspipes.pipes.pickling)
 
-    def __setstate__(self, state: Any) -> None:
+    def __setstate__(self, attributes: Any) -> None:
         fix_dataloader2()  # a spawned worker process: its prefetch buffer is mended too
-        self.__dict__.update(restored_state(state))
+        self.__dict__.update(unpickled_attributes(attributes))
 
 
 def front_end(cls: type) -> type:

@@ -5,7 +5,7 @@ seed and split a pipeline, workers or not; wdspipes' own traversals do not pickl
 :mod:`wdspipes.core.engine`) pickles each stage with a hook that should keep only the upstream
 DataPipes; but torch's hook keeps every list, tuple and dict too, so the functions held in one
 (``map_tuple``'s, ``map_dict``'s, ``decode``'s handlers) were pickled there, and a lambda failed
-under a loader even without a worker process. :func:`stage_state` hands that traversal only the
+under a loader even without a worker process. :func:`pickled_attributes` hands that traversal only the
 attributes that hold a DataPipe.
 
 A worker process that is sent the pipeline (a ``spawn`` or ``forkserver`` worker of a
@@ -41,7 +41,7 @@ from torch.utils.data import IterDataPipe, MapDataPipe
 
 from wdspipes.core.protocol import functional_name
 
-__all__ = ["PickledFunctions", "dill_module", "restored_state", "stage_state"]
+__all__ = ["PickledFunctions", "dill_module", "pickled_attributes", "unpickled_attributes"]
 
 _DATAPIPES = (IterDataPipe, MapDataPipe)
 _COLLECTIONS = (list, tuple, dict, set, frozenset)
@@ -54,26 +54,26 @@ def dill_module() -> ModuleType | None:
     return importlib.import_module("dill")
 
 
-def stage_state(stage: IterDataPipe[Any]) -> dict[str, Any]:
+def pickled_attributes(stage: IterDataPipe[Any]) -> dict[str, Any]:
     """What pickling ``stage`` takes: for torch's graph traversal (a ``getstate_hook`` is set), the
     attributes that hold DataPipes, through the hook; otherwise every attribute, those
     holding functions wrapped in :class:`PickledFunctions`."""
-    state: dict[str, Any] = stage.__dict__
+    attributes: dict[str, Any] = stage.__dict__
     hook = IterDataPipe.getstate_hook
     if hook is not None:
-        linked = {name: value for name, value in state.items() if _holds_datapipe(value)}
+        linked = {name: value for name, value in attributes.items() if _holds_datapipe(value)}
         return hook(linked)  # type: ignore[no-any-return]
     return {
         name: PickledFunctions(value, stage, name) if _holds_functions(value) else value
-        for name, value in state.items()
+        for name, value in attributes.items()
     }
 
 
-def restored_state(state: dict[str, Any]) -> dict[str, Any]:
-    """``state`` as a stage keeps it: wrappers left by a shallow copy taken off."""
+def unpickled_attributes(attributes: dict[str, Any]) -> dict[str, Any]:
+    """``attributes`` as a stage keeps them: wrappers left by a shallow copy taken off."""
     return {
         name: value.value if isinstance(value, PickledFunctions) else value
-        for name, value in state.items()
+        for name, value in attributes.items()
     }
 
 

@@ -1,10 +1,10 @@
 """The reader base: the loop over opened shards that the readers share
 (:func:`read_shards`), and where samples live: how the readers (``group_samples``,
 ``load_cbor``, ``load_msgpack``) keep their place in a shard and read samples again, for
-mid-epoch resume (see :mod:`wdspipes.state.checkpoint`).
+mid-epoch resume (see :mod:`wdspipes.core.engine`).
 
 A sample's place is its shard's index in the epoch's list of shards (as ``open_shards`` numbers
-them: the same in every reader, see :mod:`wdspipes.state.elastic`) and the byte offset where it
+them: the same in every reader, see :mod:`wdspipes.core.elastic`) and the byte offset where it
 starts. A reader saves the place of the next sample; a shuffle buffer saves the places of the
 samples it holds, and on restore asks the reader to read those again before it goes on.
 

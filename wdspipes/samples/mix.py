@@ -5,11 +5,11 @@ webdataset's ``RandomMix``).
 Both stop at the first source that runs out, as webdataset's do, or with ``longest=True`` go
 on with the others until every source has run out. The random draw is webdataset's: a uniform
 number in ``[0, 1)`` against the cumulative probabilities of the sources still drawn from; it
-comes from the stage's own seed (``seed=``, else the loader's, see :mod:`wdspipes.core.seeds`),
+comes from the stage's own seed (``seed=``, else the loader's, see :mod:`wdspipes.core.context`),
 so a run is reproducible, and differs between workers.
 
 Each source is a pipeline of its own, with its own reader, and the mixer's state holds each
-source's whole state (:func:`~wdspipes.state.checkpoint.pipeline_state`) besides its own place in
+source's whole state (its ``state_dict()``) besides its own place in
 the turn or the number of draws made: a mixed pipeline resumes mid-epoch like any other.
 A sample buffer after a mixer cannot save its samples' places (they are in several sources'
 shards): shuffle within the sources, before the mixer.

@@ -1,4 +1,4 @@
-"""Buffer shuffling, seeded the DataLoader2 way (see :mod:`wdspipes.core.seeds`).
+"""Buffer shuffling, seeded the DataLoader2 way (see :mod:`wdspipes.core.context`).
 
 The first item comes out once ``initial`` items are buffered; the buffer then grows to
 ``bufsize``; at the end it drains. Each epoch gives a new order; with ``seed`` the orders are
