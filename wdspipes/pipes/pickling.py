@@ -5,8 +5,8 @@ seed and split a pipeline, workers or not; wdspipes' own traversals do not pickl
 :mod:`wdspipes.core.engine`) pickles each stage with a hook that should keep only the upstream
 DataPipes; but torch's hook keeps every list, tuple and dict too, so the functions held in one
 (``map_tuple``'s, ``map_dict``'s, ``decode``'s handlers) were pickled there, and a lambda failed
-under a loader even without a worker process. :func:`pickled_attributes` hands that traversal only the
-attributes that hold a DataPipe.
+under a loader even without a worker process. :func:`pickled_attributes` hands that traversal
+only the attributes that hold a DataPipe.
 
 A worker process that is sent the pipeline (a ``spawn`` or ``forkserver`` worker of a
 ``DataLoader``, and ``DataLoader2``, which pickles its graph as it starts) must get every
