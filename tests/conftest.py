@@ -5,6 +5,9 @@ need) are fixtures of that module, of the same type.
 The tiers: tests that run DataLoader or DataLoader2 worker processes are marked ``loaders``;
 those that start other processes (the wdspipes command, scripts, encoders), build the docs
 site, or run thousands of cases are marked ``slow``. ``make test-fast`` runs the rest.
+
+No test leaves a process running (tests/no_process_left.py): not its own, nor the workers of a
+training process it killed.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
+import no_process_left
 import pytest
 from shardgen import Shards, write_shards
 from stage_examples import SHARDS
@@ -82,3 +86,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("dataloader2"):
             item.add_marker(skip)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Fail a test that leaves a process running, whichever the item (tests/no_process_left.py:
+    a plugin's fixtures apply to the doctests too)."""
+    config.pluginmanager.register(no_process_left, "wdspipes-no-process-left")

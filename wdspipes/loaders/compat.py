@@ -28,7 +28,10 @@ it forever. While it waits for a worker, the mended loader looks every 0.1 s whe
 is alive, and raises a :class:`~wdspipes.errors.WorkerError` naming the worker and the signal
 that ended it; shutting the loader down then ends the other workers (killing any that does not
 stop within a few seconds) and lets go of the shared-memory batch slots of dead workers (see
-:mod:`wdspipes.samples.handover`).
+:mod:`wdspipes.samples.handover`). The other way round, a training process that dies without
+shutting its loader down (SIGKILL, the out-of-memory killer) left torchdata's workers running,
+parented to init, for good: the mended workers end within a few seconds of it, whatever killed
+it, as torch's DataLoader's do (see :mod:`wdspipes.loaders.parent_watch`).
 
 The same fix makes ``FullSync`` (the stage ``DistributedReadingService`` ends every rank's graph
 with) let go of its prefetch thread without waiting for it when it is garbage-collected.
@@ -82,7 +85,7 @@ from torch.utils.data.datapipes.datapipe import _IterDataPipeSerializationWrappe
 from wdspipes.core.engine import upstream_of
 from wdspipes.core.stage import Stage
 from wdspipes.errors import ResumeError
-from wdspipes.loaders import loader_state, worker_queues
+from wdspipes.loaders import loader_state, parent_watch, worker_queues
 from wdspipes.loaders.loader_state import KEY, Deliveries, StateChannel, StateTags, Tagged
 
 __all__ = [
@@ -117,7 +120,8 @@ def fix_dataloader2() -> bool:
     """Mend torchdata's DataLoader2 (see the module): its round-robin lets workers finish at
     different times, waits without polling and notices a worker that died; its prefetch
     buffers wait without polling; FullSync lets go of its thread when collected; and the loader
-    saves and restores a wdspipes pipeline's state. Does nothing unless torchdata 0.8 or 0.9's
+    saves and restores a wdspipes pipeline's state; its workers end with the training process.
+    Does nothing unless torchdata 0.8 or 0.9's
     DataLoader2 is loaded; applying it twice changes nothing. Returns whether the fix is in
     place."""
     queues = sys.modules.get(worker_queues.QUEUES)
@@ -143,9 +147,13 @@ def fix_dataloader2() -> bool:
     full_sync = importlib.import_module(_FULL_SYNC).FullSyncIterDataPipe
     full_sync.__del__ = worker_queues.release_full_sync
     _mend_services(importlib.import_module(_SERVICES))
+    parent_watch.mend(importlib.import_module(parent_watch.EVENTLOOP))
     _mend_loader(importlib.import_module(_LOADER))
     setattr(consumer, _FIXED, True)
-    log.debug("mended DataLoader2's round-robin (pytorch/data#1310), prefetch, FullSync, state")
+    log.debug(
+        "mended DataLoader2's round-robin (pytorch/data#1310), prefetch, FullSync, state, "
+        "workers' end"
+    )
     return True
 
 
