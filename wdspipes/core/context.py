@@ -79,20 +79,60 @@ class Split:
 
 
 class SamplePlaces:
-    """The link between a reader and a sample buffer after it: where each sample lives.
+    """The link between a reader and the stages after it that hold samples: where each sample
+    lives.
 
     The reader sets :attr:`last` to the :data:`Place` of each sample before it yields it, so a
-    buffer that sees the sample next reads where it lives (the engine hands the buffer the
-    reader's places only when every stage between them makes each item of one item alone). A
-    buffer opened with samples in its saved part puts their places in :attr:`again`, and the
-    reader yields those samples first, read again from their shards.
+    stage that sees the sample next reads where it lives; a stage that yields samples later
+    than it read them (a shuffle buffer, a stage working in threads) sets :attr:`last` to the
+    place of each sample it yields, so that the stages after it know it too. (The engine hands a
+    stage the reader's places only when every stage in between keeps them so.)
+
+    Restored, each such stage puts the places of the samples it held back with :meth:`hold`, as
+    it opens, and the reader reads them again first, in the order the stages need them
+    (:meth:`replay`): a buffer *fills* itself with its own, then passes on unshuffled, as drawn
+    already, those of the stages after it (:meth:`after` says how many); a stage that yields in
+    the order it reads (first in, first out) needs its own after everything the stages after it
+    need.
+
+    >>> places = SamplePlaces()
+    >>> first = places.hold([(0, 10), (0, 20)], fills=True)   # a buffer
+    >>> second = places.hold([(1, 30)], fills=False)           # threads after it
+    >>> third = places.hold([(2, 40)], fills=True)             # a buffer after those
+    >>> places.replay(), places.after(first), places.after(third)
+    ([(0, 10), (0, 20), (2, 40), (1, 30)], 2, 0)
     """
 
-    __slots__ = ("again", "last")
+    __slots__ = ("held", "last")
 
     def __init__(self) -> None:
         self.last: Place = (0, 0)
-        self.again: list[Place] = []
+        self.held: list[tuple[bool, list[Place]]] = []
+
+    def hold(self, places: list[Place], fills: bool) -> int:
+        """A restored stage held the samples at ``places`` (in the order it needs them again):
+        as a buffer's fill (``fills``) or as samples in flight, yielded first in, first out.
+        Returns the stage's number among those that hold samples (they open source first)."""
+        self.held.append((fills, list(places)))
+        return len(self.held) - 1
+
+    def after(self, number: int) -> int:
+        """How many samples the stages after holder ``number`` hold: those a buffer passes on,
+        as drawn already, after its own fill."""
+        return sum(len(places) for _, places in self.held[number + 1 :])
+
+    def replay(self) -> list[Place]:
+        """The places of the samples held, in the order the reader yields them again: built
+        from the last holder back, a buffer's fill before what the stages after it need, the
+        samples in flight of a first-in-first-out stage after them."""
+        order: list[Place] = []
+        for fills, places in reversed(self.held):
+            order = [*places, *order] if fills else [*order, *places]
+        return order
+
+    def clear(self) -> None:
+        """The reader has taken what to read again."""
+        self.held = []
 
 
 class ShardLog:

@@ -228,13 +228,16 @@ class Layout:
         self.logged = [
             all(kind in PASSING for kind in kinds[:index]) for index in range(len(kinds))
         ]
-        # the reader's places reach a buffer through stages that make items one for one
+        # the reader's places reach a buffer through stages that make items one for one, or
+        # say where each item they yield lives
         self.tracked = [False] * len(nodes)
         self.untracked: list[str | None] = [None] * len(nodes)
         blocker = stage_name(pipes[0]) if kinds[0] is Resumes.AS_MIXER else None
         for index in range(1, len(nodes)):
             if self.reader is not None and index - 1 >= self.reader:
-                if index - 1 > self.reader and kinds[index - 1] is not Resumes.ITEM_BY_ITEM:
+                before = nodes[index - 1]
+                keeps = before.resumes is Resumes.ITEM_BY_ITEM or before.keeps_places
+                if index - 1 > self.reader and not keeps:
                     blocker = blocker or stage_name(pipes[index - 1])
                 self.tracked[index] = blocker is None
                 self.untracked[index] = blocker

@@ -145,6 +145,12 @@ class StageBase:
     way (:class:`AllReaders`); one that does not is refused such parts by name, unless they are
     all empty."""
 
+    keeps_places: ClassVar[bool] = False
+    """Whether the stage, after the reader, says where each sample it yields lives (its
+    context's ``places.last``), holding samples a while (a shuffle buffer): the reader's places
+    then reach the stages after it (see :class:`~wdspipes.core.context.SamplePlaces`). A stage
+    that resumes item by item keeps them by its nature: it yields each sample as it reads it."""
+
     def upstream(self) -> tuple[Any, ...]:
         """The stages this one reads (wdspipes' or torch's), through which the engine reaches
         theirs: its ``source_datapipe`` by default, where that is a stage."""

@@ -309,8 +309,9 @@ class ReaderEpoch(Epoch[Sample]):
         skip. Returns the places to go on from in the shards begun (shard index -> byte offset
         and, for stream shards, the item's number), and the places of samples to read again
         first (a restored shuffle buffer's, through :attr:`places`)."""
-        resume, replay = self.resume, self.places.again
-        self.resume, self.places.again = None, []
+        resume, replay = self.resume, self.places.replay()
+        self.resume = None
+        self.places.clear()
         if resume is None:
             if replay:
                 raise ResumeError("a shuffle buffer holds samples, but the reader has not begun")

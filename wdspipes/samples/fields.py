@@ -18,8 +18,9 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from wdspipes.core.context import EpochContext
 from wdspipes.core.curried import Curried, stage_factory
-from wdspipes.core.protocol import AllReaders, Epoch, Resumes, register, unshared
+from wdspipes.core.protocol import AllReaders, Epoch, Resumes, register, stage_name, unshared
 from wdspipes.core.stage import Sample, Stage
 from wdspipes.errors import (
     Handler,
@@ -29,6 +30,7 @@ from wdspipes.errors import (
     reraise_exception,
     sample_location,
 )
+from wdspipes.samples.threads import DROP, check_threads, opened
 
 __all__ = [
     "FieldMapper",
@@ -140,9 +142,11 @@ class TupleMapper(Stage[tuple[Any, ...]]):
         *fns: one function per position; None leaves that position as it is. Positions beyond
             the functions, and functions beyond the positions, are left alone.
         handler: what to do when a function raises.
+        threads: map this many samples at once in threads (see :mod:`wdspipes.samples.threads`);
+            0 for none.
 
     Yields:
-        Tuples.
+        Tuples, in the order read.
 
     Raises:
         SampleError: through ``handler``, naming the position (as the field), with the
@@ -154,12 +158,14 @@ class TupleMapper(Stage[tuple[Any, ...]]):
     """
 
     resumes = Resumes.ITEM_BY_ITEM
+    shares = True  # the samples in flight in its threads, in this reader's shards
 
     def __init__(
         self,
         source_datapipe: Iterable[tuple[Any, ...]],
         *fns: Callable[[Any], Any] | None,
         handler: Handler = reraise_exception,
+        threads: int = 0,
     ) -> None:
         super().__init__()
         for position, fn in enumerate(fns):
@@ -168,19 +174,18 @@ class TupleMapper(Stage[tuple[Any, ...]]):
         self.source_datapipe = source_datapipe
         self.fns = fns
         self.handler = handler
+        self.threads = check_threads(threads)
 
-    def open(self, source: Iterable[Any], context: Any, part: Any = None) -> Iterator[Any]:
-        for sample in source:
-            values = list(sample)
-            try:
-                for position, fn in enumerate(self.fns[: len(values)]):
-                    if fn is not None:
-                        values[position] = _apply(fn, values[position], sample, str(position))
-            except SampleError as exn:
-                if handle(self.handler, exn):
-                    continue
-                return
-            yield tuple(values)
+    def open(self, source: Iterable[Any], context: EpochContext, part: Any = None) -> Iterable[Any]:
+        work, threads, handler = self._mapped, self.threads, self.handler
+        return opened(stage_name(self), source, work, threads, SampleError, handler, context, part)
+
+    def _mapped(self, sample: Any) -> tuple[Any, ...]:
+        values = list(sample)
+        for position, fn in enumerate(self.fns[: len(values)]):
+            if fn is not None:
+                values[position] = _apply(fn, values[position], sample, str(position))
+        return tuple(values)
 
 
 @register("map_dict")
@@ -190,6 +195,8 @@ class FieldMapper(Stage[Sample]):
     Args:
         source_datapipe: yields sample dicts.
         handler: what to do when a function raises or a field is missing.
+        threads: map this many samples at once in threads (see :mod:`wdspipes.samples.threads`);
+            0 for none.
         **fns: field name to function.
 
     Yields:
@@ -205,12 +212,14 @@ class FieldMapper(Stage[Sample]):
     """
 
     resumes = Resumes.ITEM_BY_ITEM
+    shares = True  # the samples in flight in its threads, in this reader's shards
 
     def __init__(
         self,
         source_datapipe: Iterable[Sample],
         /,
         handler: Handler = reraise_exception,
+        threads: int = 0,
         **fns: Callable[[Any], Any],
     ) -> None:
         super().__init__()
@@ -221,19 +230,20 @@ class FieldMapper(Stage[Sample]):
                 raise TypeError(f"map_dict function for {field!r} is not callable: {fn!r}")
         self.source_datapipe = source_datapipe
         self.handler = handler
+        self.threads = check_threads(threads)
         self.fns = fns
 
-    def open(self, source: Iterable[Sample], context: Any, part: Any = None) -> Iterator[Sample]:
-        for sample in source:
-            try:
-                result = dict(sample)
-                for field, fn in self.fns.items():
-                    result[field] = _apply(fn, first_present(sample, (field,)), sample, field)
-            except SampleError as exn:
-                if handle(self.handler, exn):
-                    continue
-                return
-            yield result
+    def open(
+        self, source: Iterable[Sample], context: EpochContext, part: Any = None
+    ) -> Iterable[Sample]:
+        work, threads, handler = self._mapped, self.threads, self.handler
+        return opened(stage_name(self), source, work, threads, SampleError, handler, context, part)
+
+    def _mapped(self, sample: Sample) -> Sample:
+        result = dict(sample)
+        for field, fn in self.fns.items():
+            result[field] = _apply(fn, first_present(sample, (field,)), sample, field)
+        return result
 
 
 def _apply(fn: Callable[[Any], Any], value: Any, sample: Any, field: str | None) -> Any:
@@ -344,9 +354,11 @@ class SampleMapper(Stage[Any]):
         source_datapipe: yields samples.
         fn: a function of a sample.
         handler: what to do when ``fn`` raises.
+        threads: call ``fn`` on this many samples at once in threads (see
+            :mod:`wdspipes.samples.threads`); 0 for none.
 
     Yields:
-        The results that are not None.
+        The results that are not None, in the order read.
 
     Raises:
         SampleError: through ``handler``, naming URL and key, with ``fn``'s error as cause.
@@ -357,12 +369,14 @@ class SampleMapper(Stage[Any]):
     """
 
     resumes = Resumes.ITEM_BY_ITEM
+    shares = True  # the samples in flight in its threads, in this reader's shards
 
     def __init__(
         self,
         source_datapipe: Iterable[Any],
         fn: Callable[[Any], Any],
         handler: Handler = reraise_exception,
+        threads: int = 0,
     ) -> None:
         super().__init__()
         if not callable(fn):
@@ -370,20 +384,19 @@ class SampleMapper(Stage[Any]):
         self.source_datapipe = source_datapipe
         self.fn = fn
         self.handler = handler
+        self.threads = check_threads(threads)
 
-    def open(self, source: Iterable[Any], context: Any, part: Any = None) -> Iterator[Any]:
-        for sample in source:
-            try:
-                result = _apply(self.fn, sample, sample, None)
-            except SampleError as exn:
-                if handle(self.handler, exn):
-                    continue
-                return
-            if result is None:
-                continue
-            if isinstance(sample, dict) and isinstance(result, dict):
-                result["__key__"] = sample.get("__key__")
-            yield result
+    def open(self, source: Iterable[Any], context: EpochContext, part: Any = None) -> Iterable[Any]:
+        work, threads, handler = self._mapped, self.threads, self.handler
+        return opened(stage_name(self), source, work, threads, SampleError, handler, context, part)
+
+    def _mapped(self, sample: Any) -> Any:
+        result = _apply(self.fn, sample, sample, None)
+        if result is None:
+            return DROP
+        if isinstance(sample, dict) and isinstance(result, dict):
+            result["__key__"] = sample.get("__key__")
+        return result
 
 
 @register("islice")

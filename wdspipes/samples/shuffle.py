@@ -85,6 +85,7 @@ class BufferShuffler(Stage[T]):
     """Before the reader (a shard shuffle), its seed gives the epoch's order again; after it,
     its epoch says where the samples it holds live, and the reader reads them again."""
     shares = True
+    keeps_places = True  # after the reader, it says where each sample it yields lives
 
     def __init__(
         self,
@@ -141,14 +142,15 @@ class BufferShuffler(Stage[T]):
                 found = zip(values[::2], values[1::2], strict=True)
                 mine.update(place for place in found if owned(place[0], stream))
             held = sorted(mine)
-        if held:  # the reader yields the samples held first
-            if places is None:
-                raise ResumeError(
-                    "BufferShuffler (buffer_shuffle): the state holds samples, but no reader is "
-                    "upstream"
-                )
-            places.again = held
-        return ShuffleEpoch(self, source, draws, places, context.untracked, held)
+        number = None
+        if held and places is None:
+            raise ResumeError(
+                "BufferShuffler (buffer_shuffle): the state holds samples, but no reader is "
+                "upstream"
+            )
+        if places is not None and part is not None:  # the reader yields the samples held first
+            number = places.hold(held, fills=True)
+        return ShuffleEpoch(self, source, draws, places, context.untracked, held, number)
 
     def __len__(self) -> int:
         return len(self.source_datapipe)  # a TypeError if it has none
@@ -156,7 +158,12 @@ class BufferShuffler(Stage[T]):
 
 class ShuffleEpoch(Epoch[T]):
     """An epoch of ``buffer_shuffle``: the draws made, and where each sample in the buffer lives
-    (flat ``(shard index, offset)`` pairs in buffer order) when a reader is before it."""
+    (flat ``(shard index, offset)`` pairs in buffer order) when a reader is before it; it says
+    where each sample it yields lives, in the reader's ``places.last``.
+
+    Restored, it fills its buffer with the samples it held, which the reader reads again first,
+    then passes on unshuffled, as drawn already, those that the stages after it held (see
+    :class:`~wdspipes.core.context.SamplePlaces`), before it draws on."""
 
     def __init__(
         self,
@@ -166,6 +173,7 @@ class ShuffleEpoch(Epoch[T]):
         places: SamplePlaces | None,
         untracked: str | None,
         held: list[Place],
+        number: int | None,
     ) -> None:
         self.bufsize, self.initial = stage.bufsize, stage.initial
         self.source = source
@@ -174,6 +182,7 @@ class ShuffleEpoch(Epoch[T]):
         self.untracked = untracked
         self.refs = array("q", itertools.chain.from_iterable(held))
         self.held = len(held)
+        self.number = number  # among the stages that hold samples again, if restored
         self.begun = False
 
     def __iter__(self) -> Iterator[T]:
@@ -182,10 +191,13 @@ class ShuffleEpoch(Epoch[T]):
         draws, places, refs = self.draws, self.places, self.refs
         buffer: list[T] = []
         source = iter(self.source)
-        if self.held:  # the samples the reader reads again first
+        if self.number is not None:  # restored: the samples the reader reads again first
+            assert places is not None
+            passed = places.after(self.number)  # held by the stages after it: drawn already
             buffer.extend(itertools.islice(source, self.held))
+            yield from itertools.islice(source, passed)  # the reader's places say where
             while len(buffer) > bufsize:  # a merged state's share: back to bufsize
-                yield _take(buffer, refs, draws)
+                yield _take(buffer, refs, draws, places)
         for item in source:
             buffer.append(item)
             if places is not None:
@@ -197,9 +209,9 @@ class ShuffleEpoch(Epoch[T]):
                     if places is not None:
                         refs.extend(places.last)
             if len(buffer) >= initial:
-                yield _take(buffer, refs, draws)
+                yield _take(buffer, refs, draws, places)
         while buffer:
-            yield _take(buffer, refs, draws)
+            yield _take(buffer, refs, draws, places)
 
     def part(self) -> dict[str, Any] | None:
         """After the reader, the draws made and the places of the samples in the buffer (which
@@ -226,12 +238,14 @@ class ShuffleEpoch(Epoch[T]):
 _END: object = object()
 
 
-def _take(buffer: list[T], refs: array[int], draws: Draws) -> T:
-    """Remove and return a random item in O(1), and its reference if refs are kept."""
+def _take(buffer: list[T], refs: array[int], draws: Draws, places: SamplePlaces | None) -> T:
+    """Remove and return a random item in O(1); where refs are kept, drop its reference and
+    say in ``places.last`` where it lives."""
     index = draws.below(len(buffer))
     buffer[index], buffer[-1] = buffer[-1], buffer[index]
     if refs:
         where, last = 2 * index, len(refs) - 2
+        places.last = (refs[where], refs[where + 1])  # type: ignore[union-attr]
         refs[where], refs[where + 1] = refs[last], refs[last + 1]
         del refs[last:]
     return buffer.pop()

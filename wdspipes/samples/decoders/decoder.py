@@ -16,16 +16,17 @@ alike).
 
 from __future__ import annotations
 
+import functools
 import os
 import random
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from wdspipes.core.context import EpochContext
 from wdspipes.core.curried import Curried, stage_factory
-from wdspipes.core.protocol import Resumes, register
+from wdspipes.core.protocol import Resumes, register, stage_name
 from wdspipes.core.stage import Sample, Stage
-from wdspipes.errors import DecodeError, Handler, handle, reraise_exception, sample_location
+from wdspipes.errors import DecodeError, Handler, reraise_exception, sample_location
 from wdspipes.samples.decoders.basic import (
     MAX_DECODED_SIZE,
     BasicDecoder,
@@ -34,6 +35,7 @@ from wdspipes.samples.decoders.basic import (
     check_size,
 )
 from wdspipes.samples.decoders.images import MAX_PIXELS, ImageDecoder
+from wdspipes.samples.threads import check_threads, opened
 
 __all__ = [
     "Decoder",
@@ -287,6 +289,9 @@ class SampleDecoder(Stage[Sample]):
         max_pixels: the most pixels of an image decoded by an image spec given as a string
             (default :data:`~wdspipes.samples.decoders.images.MAX_PIXELS`; an
             ``ImageDecoder`` given keeps its own); None for no limit.
+        threads: decode this many samples at once in threads of the process the stage runs in
+            (see :mod:`wdspipes.samples.threads`), yielding them in the order read; 0 for none.
+            libjpeg-turbo, Pillow and zlib release the GIL: threads decode on every core.
 
     Each image field opens only in the formats its extension names (see
     :mod:`wdspipes.samples.decoders.images`); a field of another format, an image over
@@ -320,6 +325,7 @@ class SampleDecoder(Stage[Sample]):
     """
 
     resumes = Resumes.ITEM_BY_ITEM  # a sample's draws depend on the epoch and the sample alone
+    shares = True  # the samples in flight in its threads, in this reader's shards
 
     def __init__(
         self,
@@ -332,6 +338,7 @@ class SampleDecoder(Stage[Sample]):
         seed: int | None = None,
         max_size: int = MAX_DECODED_SIZE,
         max_pixels: int | None = MAX_PIXELS,
+        threads: int = 0,
     ) -> None:
         super().__init__()
         self.source_datapipe = source_datapipe
@@ -344,10 +351,11 @@ class SampleDecoder(Stage[Sample]):
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
             raise TypeError(f"seed must be an int or None, got {seed!r}")
         self.seed = seed
+        self.threads = check_threads(threads)
 
     def open(
         self, source: Iterable[Sample], context: EpochContext, part: Any = None
-    ) -> Iterator[Sample]:
+    ) -> Iterable[Sample]:
         decoder = Decoder(
             *self.handlers,
             only=self.only,
@@ -356,19 +364,11 @@ class SampleDecoder(Stage[Sample]):
             max_size=self.max_size,
         )
         # a sample's draws depend on the epoch's seed material and on the sample alone, so
-        # going on mid-epoch needs nothing of its own
+        # going on mid-epoch needs nothing of its own (but the samples in flight in threads)
         material = context.material(self.seed) if decoder.draws else None
-        return self._decoded(source, decoder, material)
-
-    def _decoded(
-        self, source: Iterable[Sample], decoder: Decoder, material: tuple[object, ...] | None
-    ) -> Iterator[Sample]:
-        for sample in source:
-            try:
-                yield decoder.decode(sample, material)
-            except DecodeError as exn:
-                if not handle(self.handler, exn):
-                    return
+        work = functools.partial(decoder.decode, material=material)
+        name, threads, handler = stage_name(self), self.threads, self.handler
+        return opened(name, source, work, threads, DecodeError, handler, context, part)
 
 
 def sample_seed(material: tuple[object, ...], sample: Sample) -> str:

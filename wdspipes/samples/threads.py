@@ -1,0 +1,228 @@
+"""Work in threads inside a stage: ``decode``, ``map_samples``, ``map_dict`` and ``map_tuple``
+with ``threads=N`` do their work on N samples at once, in a pool of threads of the process the
+stage runs in (a loader's worker, or the training process itself), and yield in the order they
+read.
+
+The work of a stage is a function of one sample (:data:`Work`): it returns what the stage
+yields for it (or :data:`DROP`), or raises one of the stage's errors, which goes through the
+stage's handler in its place in the order. Without threads, :func:`each` runs it sample by
+sample. With them, :class:`InFlight` submits each sample it reads to the pool and yields the
+oldest result once :attr:`InFlight.ahead` samples are in flight (two per thread): memory stays
+bounded, and a slow sample holds up only its own place. A stop, an error the handler does not
+skip, or an abandoned iteration (``break``) cancels what has not begun and waits for the
+samples under way, so no thread is left behind. Work that releases the GIL (libjpeg-turbo,
+Pillow's and numpy's C code, zlib) runs on every core.
+
+A state saved while samples are in flight holds where each of them lives (as a shuffle buffer
+keeps its samples' places, when a reader is before the stage and every stage in between keeps
+the places: see :class:`~wdspipes.core.context.SamplePlaces`), and the restored epoch reads
+them again first: it goes on exactly, with the same results (the work of a sample depends on
+the sample and the epoch alone).
+
+>>> def double(x):
+...     return 2 * x
+>>> list(InFlight("double", range(6), double, 3, ValueError, None, EpochContext()))
+[0, 2, 4, 6, 8, 10]
+"""
+
+from __future__ import annotations
+
+import itertools
+from array import array
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from wdspipes.core.arguments import int_at_least
+from wdspipes.core.context import EpochContext, Place
+from wdspipes.core.elastic import owned
+from wdspipes.core.protocol import AllReaders, Epoch
+from wdspipes.errors import Handler, ResumeError, handle
+
+__all__ = ["AHEAD", "DROP", "InFlight", "Work", "check_threads", "each", "opened"]
+
+T = TypeVar("T")
+
+Work = Callable[[Any], Any]
+"""A stage's work on one sample: what it yields for it, :data:`DROP`, or one of its errors."""
+
+DROP: Any = object()
+"""What a stage's work returns for a sample it drops (``map_samples`` whose function gives
+None)."""
+
+AHEAD = 2
+"""Samples in flight per thread, at most: enough to keep every thread busy while the oldest is
+yielded."""
+
+Errors = type[Exception] | tuple[type[Exception], ...]
+
+
+def check_threads(threads: int) -> int:
+    """``threads``, the argument of a stage, checked: an int of at least 0 (0 for none).
+
+    Raises:
+        ValueError: it is not.
+    """
+    return int_at_least("threads", threads, least=0)
+
+
+def each(source: Iterable[Any], work: Work, errors: Errors, handler: Handler) -> Iterator[Any]:
+    """``work`` done on each item of ``source`` in turn, in this thread: its results, those of
+    items whose work raised one of ``errors`` left to ``handler`` (skipped, or the end)."""
+    for item in source:
+        try:
+            result = work(item)
+        except errors as exn:
+            if handle(handler, exn):
+                continue
+            return
+        if result is not DROP:
+            yield result
+
+
+def opened(
+    name: str,
+    source: Iterable[Any],
+    work: Work,
+    threads: int,
+    errors: Errors,
+    handler: Handler,
+    context: EpochContext,
+    part: Any,
+) -> Iterable[Any]:
+    """A stage's epoch of ``work`` on its samples: in ``threads`` threads (:class:`InFlight`),
+    or, without threads and nothing in flight to go on from, in this thread (:func:`each`)."""
+    if threads or _held(part, context):
+        return InFlight(name, source, work, max(threads, 1), errors, handler, context, part)
+    return each(source, work, errors, handler)
+
+
+class InFlight(Epoch[Any]):
+    """An epoch of a stage whose work runs in a pool of ``threads`` threads (see the module):
+    the samples in flight, taken from the source and not yielded yet, each with where it lives
+    (its reader's place, when a reader is before the stage).
+
+    Args:
+        name: the stage, as errors name it.
+        source: the epoch of the stage before.
+        work: the stage's work on one sample.
+        threads: threads in the pool (1 or more).
+        errors: the errors of ``work`` that go through ``handler``.
+        handler: what to do with them.
+        context: the stage's epoch context (its reader's places).
+        part: what the epoch said when a state was saved (the places of the samples in flight
+            then), or the parts of every reader of a job split another way; None for a fresh
+            epoch.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        source: Iterable[Any],
+        work: Work,
+        threads: int,
+        errors: Errors,
+        handler: Handler | None,
+        context: EpochContext,
+        part: Any = None,
+    ) -> None:
+        self.name = name
+        self.source = source
+        self.work = work
+        self.threads = threads
+        self.ahead = AHEAD * threads
+        self.errors = errors
+        self.handler = handler
+        self.places = context.places
+        self.untracked = context.untracked
+        self.flight: deque[tuple[Future[Any], Place | None]] = deque()
+        held = _held(part, context)
+        if held:  # the reader yields them first
+            if self.places is None:
+                raise ResumeError(
+                    f"{name}: the state holds samples in flight, but no reader is upstream"
+                )
+            self.places.hold(held, fills=False)
+
+    def __iter__(self) -> Iterator[Any]:
+        places, flight, ahead, work = self.places, self.flight, self.ahead, self.work
+        pool = ThreadPoolExecutor(self.threads, thread_name_prefix="wdspipes-threads")
+        try:
+            for item in self.source:
+                flight.append((pool.submit(work, item), None if places is None else places.last))
+                while len(flight) >= ahead:
+                    result = self._done(flight.popleft())
+                    if result is _STOP:
+                        return
+                    if result is not DROP:
+                        yield result
+            while flight:
+                result = self._done(flight.popleft())
+                if result is _STOP:
+                    return
+                if result is not DROP:
+                    yield result
+        finally:
+            flight.clear()  # ended or abandoned: nothing is in flight any more
+            pool.shutdown(wait=True, cancel_futures=True)  # no thread left behind
+
+    def _done(self, taken: tuple[Future[Any], Place | None]) -> Any:
+        """The result of the oldest sample in flight (its place now the last yielded);
+        :data:`DROP` for one the handler skips, :data:`_STOP` where it ends the epoch."""
+        future, place = taken
+        try:
+            result = future.result()
+        except self.errors as exn:
+            if self.handler is not None and handle(self.handler, exn):
+                return DROP
+            if self.handler is None:
+                raise
+            return _STOP
+        if place is not None:
+            self.places.last = place  # type: ignore[union-attr]
+        return result
+
+    def part(self) -> dict[str, Any] | None:
+        """Where the samples in flight live (``"flight"``: flat ``(shard index, offset)`` pairs,
+        oldest first); None when none is.
+
+        Raises:
+            ResumeError: samples are in flight and no reader before the stage keeps where they
+                live.
+        """
+        if not self.flight:
+            return None
+        if self.places is None:
+            why = (
+                f"{self.untracked} between it and the reader changes how many items come out"
+                if self.untracked is not None
+                else "no reader before it keeps where they live"
+            )
+            raise ResumeError(
+                f"{self.name} cannot save its place with {len(self.flight)} samples in flight "
+                f"in its threads: {why}; save the state where none is in flight, or work "
+                "without threads"
+            )
+        places = itertools.chain.from_iterable(place for _, place in self.flight)  # type: ignore[misc]
+        return {"flight": array("q", places).tobytes()}
+
+
+_STOP: Any = object()
+
+
+def _held(part: Any, context: EpochContext) -> list[Place]:
+    """The places of the samples a restored part had in flight: its own, oldest first; of the
+    parts of every reader of a job split another way, those in this reader's shards."""
+    if isinstance(part, dict) and "flight" in part:
+        values = array("q", part["flight"])
+        return list(zip(values[::2], values[1::2], strict=True))
+    if isinstance(part, AllReaders):
+        stream = (1, 0) if context.split is None else context.split.stream
+        mine: set[Place] = set()
+        for each_part in part.parts:
+            values = array("q", (each_part or {}).get("flight", b""))
+            found = zip(values[::2], values[1::2], strict=True)
+            mine.update(place for place in found if owned(place[0], stream))
+        return sorted(mine)
+    return []
