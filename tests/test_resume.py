@@ -91,11 +91,22 @@ def resampled(urls: str) -> IterDataPipe[Any]:
     )
 
 
+def in_threads(urls: str | list[str]) -> IterDataPipe[Any]:
+    """Samples decoded in threads after the buffer: a state holds those in flight."""
+    return (
+        wds.WebDataset(urls, shardshuffle=True, seed=11)
+        .buffer_shuffle(1000, initial=100, seed=12)
+        .decode(threads=3)
+        .to_tuple("__key__", "cls")
+    )
+
+
 PIPELINES: dict[str, Callable[[str], IterDataPipe[Any]]] = {
     "WebDataset": webdataset,
     "DataPipeline": data_pipeline,
     "functional": functional,
     "resampled": resampled,
+    "threads": in_threads,
 }
 
 
@@ -430,6 +441,10 @@ def batches(urls: str | list[str]) -> IterDataPipe[Any]:
     return webdataset(urls).batched(16, collation_fn=None)
 
 
+def batches_in_threads(urls: str | list[str]) -> IterDataPipe[Any]:
+    return in_threads(urls).batched(16, collation_fn=None)
+
+
 BATCHES = EPOCH // 16
 
 DATALOADER2_CUTS = {
@@ -453,6 +468,7 @@ def from_state(workers: int) -> Callable[[dict[str, Any]], Any]:
 
 @pytest.mark.dataloader2
 @pytest.mark.slow
+@pytest.mark.parametrize("pipeline", [batches, batches_in_threads], ids=["batches", "threads"])
 @pytest.mark.parametrize(
     ("workers", "how"),
     [
@@ -461,10 +477,13 @@ def from_state(workers: int) -> Callable[[dict[str, Any]], Any]:
         pytest.param(2, "from_state", marks=pytest.mark.loaders),
     ],
 )
-def test_dataloader2_resumes_exactly(epoch_shards: Shards, workers: int, how: str) -> None:
+def test_dataloader2_resumes_exactly(
+    epoch_shards: Shards, workers: int, how: str, pipeline: Callable[[str], IterDataPipe[Any]]
+) -> None:
     """The batches after the restore are those the uninterrupted run delivered next: the
-    workers' prefetched batches are not lost, and the workers take their turns as before."""
-    build = lambda: batches(epoch_shards.spec)  # noqa: E731
+    workers' prefetched batches are not lost, and the workers take their turns as before (with
+    samples decoded in threads, those in flight are read again)."""
+    build = lambda: pipeline(epoch_shards.spec)  # noqa: E731
     expected, _ = run(build(), workers, 2, kind="dataloader2")
     assert [len(epoch) for epoch in expected] == [EPOCH, EPOCH] and expected[0] != expected[1]
     restore = from_state(workers) if how == "from_state" else None

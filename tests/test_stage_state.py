@@ -599,3 +599,18 @@ def test_a_reader_resumes_through_a_stage_of_ones_own_after_the_opener(
         again.load_state_dict(state)
         assert head + [comparable(sample) for sample in again] == whole, cut
         assert seen == paths[max(cut - 1, 0) // 3 :]  # the shards skipped
+
+
+def test_a_state_whose_parts_come_in_another_order_loads(stage_shards: Shards) -> None:
+    """A loader may keep the parts in another order (StatefulDataLoader's increments put those
+    that changed last): each is the stage's at its position, whatever the order."""
+
+    def build() -> IterDataPipe[Any]:
+        return EXAMPLES["with_epoch"](stage_shards.paths)
+
+    (whole,) = uninterrupted(build, 1)
+    (head,), _, state = head_and_state(build, (7, False))
+    state["stages"] = dict(reversed(state["stages"].items()))
+    again = seeded(build(), OTHER_SEED)
+    again.load_state_dict(state)
+    assert head + [comparable(sample) for sample in again] == whole

@@ -303,6 +303,13 @@ class Layout:
                 )
 
 
+def _position(key: str) -> int:
+    """The position of a stage's key, ``"<position>:<class>"``, in its pipeline (-1 for a key
+    of another form, which then matches no stage)."""
+    position = key.partition(":")[0]
+    return int(position) if position.isdigit() else -1
+
+
 def _plain(keys: list[str]) -> str:
     return " -> ".join(key.partition(":")[2] for key in keys)
 
@@ -319,7 +326,9 @@ class Restoration:
         layout.check()
         keys = layout.keys
         stages = state["stages"]
-        saved = keys if stages is None else list(stages)
+        # by position: a loader may keep the parts in another order (StatefulDataLoader's
+        # increments put the parts that changed last)
+        saved = keys if stages is None else sorted(stages, key=_position)
         if keys != saved:
             raise ResumeError(
                 "the state was saved from another pipeline: its stages are "
