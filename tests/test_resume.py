@@ -92,9 +92,11 @@ def resampled(urls: str) -> IterDataPipe[Any]:
 
 
 def in_threads(urls: str | list[str]) -> IterDataPipe[Any]:
-    """Samples decoded in threads after the buffer: a state holds those in flight."""
+    """Samples read ahead in a thread, then decoded in threads after the buffer: a state holds
+    those in flight, and the read path's as of the sample read ahead last yielded."""
     return (
         wds.WebDataset(urls, shardshuffle=True, seed=11)
+        .prefetch_items(64)
         .buffer_shuffle(1000, initial=100, seed=12)
         .decode(threads=3)
         .to_tuple("__key__", "cls")

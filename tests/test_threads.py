@@ -54,6 +54,19 @@ THREADED: dict[str, Callable[[list[str], int], IterDataPipe[Any]]] = {
     "map_dict, then with_epoch": lambda urls, n: (
         samples(urls).map_dict(cls=cls_text, threads=n).buffer_shuffle(4, seed=1).with_epoch(30)
     ),
+    "prefetch_items, decode": lambda urls, n: (
+        samples(urls)
+        .prefetch_items(max(n, 1) * 3)
+        .decode(Jitter(), threads=n, seed=2)
+        .buffer_shuffle(4, initial=2, seed=1)
+    ),
+    "a buffer, prefetch_items, a buffer": lambda urls, n: (
+        samples(urls)
+        .buffer_shuffle(4, initial=2, seed=1)
+        .prefetch_items(5)
+        .map_samples(class_of, threads=n)
+        .buffer_shuffle(3, seed=3)
+    ),
     "map_tuple, batched": lambda urls, n: (
         samples(urls).decode().to_tuple("cls", "txt").map_tuple(str, len, threads=n).batched(4)
     ),
@@ -188,3 +201,36 @@ def test_samples_in_flight_whose_places_are_not_known_are_refused_by_name(
 def test_threads_must_be_a_count() -> None:
     with pytest.raises(ValueError, match="threads must be an int >= 0, got -1"):
         IterableWrapper([]).decode(threads=-1)
+
+
+def prefetch_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "wdspipes-prefetch"]
+
+
+def test_prefetch_reads_ahead_and_leaves_no_thread(stage_shards: Shards) -> None:
+    numbers = Counted()
+    pipe = IterableWrapper(numbers, deepcopy=False).prefetch_items(10)
+    items = iter(pipe)
+    assert next(items) == 0
+    for _ in range(1000):  # the thread fills its queue meanwhile
+        if numbers.taken >= 10:
+            break
+        threading.Event().wait(0.01)
+    assert 10 <= numbers.taken <= 12  # ahead, and no more than its count (and one in hand)
+    items.close()
+    assert not prefetch_threads()
+
+
+def test_an_error_before_prefetch_comes_in_its_place() -> None:
+    def bad(sample: dict[str, Any]) -> dict[str, Any]:
+        if sample["__key__"] == "3":
+            raise ValueError("a bad sample")
+        return sample
+
+    items = IterableWrapper([{"__key__": str(n)} for n in range(8)]).map_samples(bad)
+    got: list[str] = []
+    with pytest.raises(SampleError, match="a bad sample"):
+        for sample in items.prefetch_items(4):
+            got.append(sample["__key__"])
+    assert got == ["0", "1", "2"]
+    assert not prefetch_threads()

@@ -171,6 +171,10 @@ class EpochContext:
             the stage in between that changes how many items come out; None otherwise.
         shards: the link between the opener and the reader of the pipeline, if it has one.
         per_worker: a stage before this one gives each worker shards of its own.
+        places_after: for a stage that reads its source in another thread, the places it keeps
+            for the stages after it (their own: the reader's are set in that thread).
+        parts_before: for such a stage, the parts of the stages before it as of now, asked in
+            the thread that reads them.
         reads_split: the stage reads the sharding filter directly: its items are the split's,
             the ``n``-th of them the shard at index ``reader + n * readers`` of the epoch's
             list.
@@ -189,6 +193,8 @@ class EpochContext:
     untracked: str | None = None
     shards: ShardLog | None = None
     per_worker: bool = False
+    places_after: SamplePlaces | None = None
+    parts_before: Callable[[], list[Any]] | None = field(default=None, repr=False)
     reads_split: bool = False
     reopen: Callable[[str], Iterator[Any]] | None = field(default=None, repr=False)
     drew: bool = False

@@ -513,6 +513,9 @@ class PipelineEpoch:
                 reads_split=layout.reads_split[index],
                 reopen=self._reopener(index) if index else None,
             )
+            if node.reads_ahead:  # its source in another thread: the stages after it their own
+                context.places_after = SamplePlaces()
+                context.parts_before = self._parts_before(index)
             if node.resumes is Resumes.AS_MIXER:
                 source: Any = [
                     SourceOpener(each, self, f"{path}/{number}/")
@@ -523,7 +526,21 @@ class PipelineEpoch:
             opened = node.open(source, context, own)
             self.contexts[index] = context
             self.epochs[index] = opened
+            if context.places_after is not None:
+                places = context.places_after
         return opened
+
+    def _parts_before(self, index: int) -> Callable[[], list[Any]]:
+        """The parts of the stages before position ``index``, as of now."""
+        layout = self.layout
+
+        def parts() -> list[Any]:
+            return [
+                self._part(layout.pipes[at], layout.nodes[at], self.epochs[at], self.contexts[at])
+                for at in range(index)
+            ]
+
+        return parts
 
     def _reopener(self, index: int) -> Callable[[str], Any]:
         def reopen(kind: str = PASS) -> Any:
@@ -555,12 +572,16 @@ class PipelineEpoch:
         """
         self.layout.check()
         layout = self.layout
-        stages = {
-            key: self._part(pipe, node, opened, context)
-            for key, pipe, node, opened, context in zip(
-                layout.keys, layout.pipes, layout.nodes, self.epochs, self.contexts, strict=True
-            )
-        }
+        parts: list[Any] = []
+        for at in reversed(range(len(layout.nodes))):  # the last stage that reads ahead says
+            ahead = self.epochs[at].parts_before() if layout.nodes[at].reads_ahead else None
+            if ahead is not None:  # those before it, as of what it yielded last
+                parts = list(ahead)
+                break
+        for at in range(len(parts), len(layout.nodes)):
+            opened, context = self.epochs[at], self.contexts[at]
+            parts.append(self._part(layout.pipes[at], layout.nodes[at], opened, context))
+        stages = dict(zip(layout.keys, parts, strict=True))
         readers, reader = self.layout.layout
         return {
             "format": FORMAT,

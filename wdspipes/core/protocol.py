@@ -107,6 +107,11 @@ class Epoch(Generic[T_co]):
         """The stage's part of the pipeline's state, as of the last item it yielded."""
         return None
 
+    def parts_before(self) -> list[Any] | None:
+        """For a stage that reads its source in another thread (``reads_ahead``): the parts of
+        the stages before it as of the last item it yielded; None for others."""
+        return None
+
 
 class AllReaders:
     """The parts of one stage from every reader of a job (workers times ranks), given to the
@@ -144,6 +149,13 @@ class StageBase:
     """Whether the stage takes its share of the parts of every reader of a job split another
     way (:class:`AllReaders`); one that does not is refused such parts by name, unless they are
     all empty."""
+
+    reads_ahead: ClassVar[bool] = False
+    """Whether the stage reads its source in another thread, ahead of the stages after it
+    (``prefetch_items``): its epoch then says the parts of the stages before it as of the item
+    it yielded last (:meth:`Epoch.parts_before`, from its context's ``parts_before()``, asked
+    in the thread that reads them), and the stages after it are handed places of their own,
+    which it keeps up to date (its context's ``places_after``)."""
 
     keeps_places: ClassVar[bool] = False
     """Whether the stage, after the reader, says where each sample it yields lives (its

@@ -3,7 +3,7 @@ end (``StageClass.DataPipe``, see :mod:`wdspipes.pipes.datapipe`), by its name."
 
 from __future__ import annotations
 
-from wdspipes.samples import batch, epochs, fields, mix, shuffle
+from wdspipes.samples import batch, epochs, fields, mix, prefetch, shuffle
 from wdspipes.samples.decoders import decoder
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "EpochRepeater",
     "FieldMapper",
     "Interleaver",
+    "ItemPrefetcher",
     "ItemSlicer",
     "LengthSetter",
     "RandomInterleaver",
@@ -45,3 +46,4 @@ Interleaver = mix.Interleaver.DataPipe
 RoundRobin = mix.RoundRobin.DataPipe
 RandomInterleaver = mix.RandomInterleaver.DataPipe
 RandomMix = mix.RandomMix.DataPipe
+ItemPrefetcher = prefetch.ItemPrefetcher.DataPipe
