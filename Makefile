@@ -1,10 +1,14 @@
-# The two entry points of the README: `make demo` and `make test`. Each sets everything up on a
-# fresh machine first: a virtual environment in .venv with the pinned dependencies, and (for the
-# tests) the command-line tar writers that the differential tests compare against, and the
-# JPEG encoder cjpeg that the image tests encode with.
+# The two entry points of the README: `make demo` and `make test`. Each sets up what it needs on
+# a fresh machine first, in one virtual environment, .venv: `make demo` the runtime dependencies
+# (requirements/demo.txt), `make test` (and lint, test-fast) everything (requirements/dev.txt,
+# which includes demo.txt), and, for the tests, the command-line tar writers that the
+# differential tests compare against, and the JPEG encoder cjpeg that the image tests encode
+# with. A stamp file in .venv records each set-up: `make demo` after `make test` installs
+# nothing, `make test` after `make demo` adds the rest.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip --disable-pip-version-check
 DEBIAN_TOOLS := tar bsdtar:libarchive-tools gzip bzip2 xz:xz-utils zstd cjpeg:libjpeg-turbo-progs
 
 # Processes that run the whole suite (pytest-xdist), one per core of the 2-core machines the
@@ -19,9 +23,9 @@ TEST_WORKERS ?= 2
 VENV_TD11 ?= .venv-torchdata-0.11
 BIN_TD11 := $(VENV_TD11)/bin
 
-.PHONY: demo test test-torchdata-0.11 test-fast lint setup setup-torchdata-0.11 test-tools
+.PHONY: demo test test-torchdata-0.11 test-fast lint setup setup-demo setup-torchdata-0.11 test-tools
 
-demo: setup
+demo: setup-demo
 	$(BIN)/python -m wdspipes.demo
 
 test: setup test-tools lint test-torchdata-0.11
@@ -41,20 +45,38 @@ lint: setup
 	$(BIN)/ruff format --check wdspipes tests benchmarks examples
 	$(BIN)/mypy
 
+setup-demo: $(VENV)/.demo-installed
+
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml requirements/common.txt requirements/dev.txt
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -r requirements/dev.txt
-	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+
+# The demo's set-up compiles no .pyc ahead (--no-compile): Python compiles the modules the demo
+# imports when it first imports them, a second or two, instead of every module of torch and
+# sympy at install, some 20 s (benchmarks/README.md, "Set-up of make demo").
+$(VENV)/.demo-installed: pyproject.toml requirements/base.txt requirements/demo.txt | $(BIN)/python
+	$(PIP) install --quiet --no-compile -r requirements/demo.txt
+	$(PIP) install --quiet --no-deps --no-build-isolation -e .
 	touch $@
+
+# Everything, into the same .venv. After the demo's set-up, what it installed is compiled here,
+# as pip would have, so that test processes do not compile torch as they start where bytecode
+# is not written (PYTHONDONTWRITEBYTECODE); files that do not compile are skipped, as pip skips
+# them (torch ships one for Python 3.12 only).
+$(VENV)/.installed: pyproject.toml requirements/base.txt requirements/demo.txt requirements/common.txt requirements/dev.txt | $(BIN)/python
+	$(PIP) install --quiet -r requirements/dev.txt
+	$(PIP) install --quiet --no-deps --no-build-isolation -e .
+	if [ -e $(VENV)/.demo-installed ]; then $(BIN)/python -c \
+	  'import compileall, sysconfig; compileall.compile_dir(sysconfig.get_path("purelib"), quiet=2)'; fi
+	touch $(VENV)/.demo-installed $@
 
 setup-torchdata-0.11: $(VENV_TD11)/.installed
 
-$(VENV_TD11)/.installed: pyproject.toml requirements/common.txt requirements/torchdata-0.11.txt
+$(VENV_TD11)/.installed: pyproject.toml requirements/base.txt requirements/common.txt requirements/torchdata-0.11.txt
 	$(PYTHON) -m venv $(VENV_TD11)
-	$(BIN_TD11)/python -m pip install --quiet -r requirements/torchdata-0.11.txt
-	$(BIN_TD11)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN_TD11)/python -m pip install --disable-pip-version-check --quiet -r requirements/torchdata-0.11.txt
+	$(BIN_TD11)/python -m pip install --disable-pip-version-check --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
 # Installs missing shard writers with apt-get when running as root (as CI does); elsewhere it

