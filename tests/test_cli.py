@@ -17,6 +17,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 from shardgen import make_tar, require_tool, sample_members, write_shards
@@ -369,13 +370,48 @@ def test_info_bench_times_reading_and_says_where_the_time_went(
     assert report["bytes"] == sum(os.path.getsize(p) for p in paths)
     assert 0 <= report["waited"] <= report["seconds"] and report["first_sample"] > 0
     assert report["verdict"].startswith(("I/O bound", "not I/O bound"))
+    stages = report["stages"]["stages"]
+    assert [(stage["stage"], stage["items"]) for stage in stages] == [
+        ("ShardList", 3),
+        ("open_shards", 3),
+        ("MeasuredShards", 3),
+        ("load_tar + group_samples", 12),
+    ]
+    assert report["stages"]["bottleneck"] in {"consumer", *(stage["stage"] for stage in stages)}
     assert main(["info", "--bench", "--connections", "0", spec]) == 0
     out = capsys.readouterr().out.splitlines()
     assert re.fullmatch(r"read 3 shards, 0\.0 MB, 12 samples in .* s: .* MB/s, .*", out[0])
     assert re.fullmatch(r"first sample after .* s", out[1])
-    assert out[2:] == ["read-ahead off: waits not measured"]
+    assert out[2] == "read-ahead off: waits not measured"
+    assert out[3].split() == [
+        "stage",
+        "items",
+        "busy",
+        "s",
+        "waiting",
+        "s",
+        "threads",
+        "s",
+        "in",
+        "flight",
+    ]
+    assert out[7].split()[:2] == ["load_tar", "+"] and out[-1].startswith("bottleneck: ")
     assert main(["info", "--connections", "2", spec]) == 2  # a usage error
     assert "--connections goes with --bench" in capsys.readouterr().err
+    assert main(["info", "--threads", "2", spec]) == 2
+    assert "--decode and --threads go with --bench" in capsys.readouterr().err
+
+
+def test_info_bench_decodes_in_threads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = str(tmp_path / "s.tar")
+    with wdspipes.TarWriter(spec) as writer:
+        for index in range(6):
+            picture = np.full((8, 8, 3), index, dtype=np.uint8)
+            writer.write({"__key__": f"{index:02d}", "png": picture, "cls": index})
+    assert main(["info", "--bench", "--json", "--decode", "rgb8", "--threads", "2", spec]) == 0
+    stages = json.loads(capsys.readouterr().out)["bench"]["stages"]["stages"]
+    assert stages[-1]["stage"] == "decode" and stages[-1]["items"] == 6
+    assert stages[-1]["threads"] == 2 and stages[-1]["thread_work_seconds"] > 0
 
 
 # --- start-up ----------------------------------------------------------------------------
@@ -412,6 +448,11 @@ PICTURES = "pictures.tar"
         pytest.param(["create", "new.tar", "src"], 0, id="create"),
         pytest.param(["info", LONG_NAME], 0, id="info"),
         pytest.param(["info", "--bench", f"pipe:cat {LONG_NAME}"], 0, id="info --bench"),
+        pytest.param(
+            ["info", "--bench", "--decode", "rgb8", "--threads", "2", PICTURES],
+            0,
+            id="info --bench --decode",
+        ),
         pytest.param(["index", LONG_NAME, "-o", "index.json"], 0, id="index"),
         pytest.param(
             ["create", "series-%02d.tar", "src", "--maxcount", "3"],

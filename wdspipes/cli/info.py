@@ -2,8 +2,9 @@
 
 Each shard is read with wdspipes' own tar reader, so a damaged shard is reported with the byte
 offset of the damage; the shards after it are still read. With ``--bench``, the shards are read
-as a training pipeline reads them instead (through read-ahead), and the command tells how fast,
-and whether the reading waited for the network or for the walk (:func:`bench_shards`).
+as a training pipeline reads them instead (through read-ahead, the stages of the read path and,
+with ``--decode``, the decoder), and the command tells how fast, whether the reading waited for
+the network, and where the time went stage by stage (:func:`bench_shards`).
 
 >>> report = ShardReport("mem.tar")
 >>> for name, offset in [("0.jpg", 0), ("0.cls", 1024), ("1.jpg", 2048), ("0.txt", 3072)]:
@@ -18,7 +19,7 @@ import json
 import os
 import stat
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,9 @@ from wdspipes.cli.common import (
     summarize,
 )
 from wdspipes.core.names import is_meta, split_name
+from wdspipes.core.protocol import Resumes
+from wdspipes.core.stage import Stage
+from wdspipes.core.statistics import PipelineStatistics
 from wdspipes.errors import DataAfterEndError, WdsError
 from wdspipes.redaction import redact
 
@@ -229,8 +233,9 @@ class BenchReport:
     members: int = 0
     samples: int = 0
     seconds: float = 0.0
-    first_sample: float | None = None  # seconds until the first member was read
+    first_sample: float | None = None  # seconds until the first sample was read
     waited: float | None = None  # for the network; None without read-ahead
+    stages: PipelineStatistics | None = None  # where the time went, stage by stage
 
     @property
     def mb_per_second(self) -> float:
@@ -261,53 +266,76 @@ class BenchReport:
                 f"; waited for the network {self.waited:.2f} s ({share:.0%}), the rest {rest:.2f} s"
             )
         lines.append(self.verdict())
+        if self.stages is not None:
+            lines += self.stages.lines()
         return lines
 
     def as_json(self) -> dict[str, Any]:
-        return {**vars(self), "mb_per_second": self.mb_per_second, "verdict": self.verdict()}
+        document = {**vars(self), "mb_per_second": self.mb_per_second, "verdict": self.verdict()}
+        document["stages"] = None if self.stages is None else self.stages.as_json()
+        return document
 
 
-def bench_shards(urls: Sequence[str], readahead: ReadAhead | None) -> BenchReport:
-    """Read ``urls`` to their ends as a training pipeline does, one reader: opened (and read
-    ahead, with ``readahead``, as ``open_shards`` does), walked as tar archives, members
-    grouped by key. No torch.
+def bench_shards(
+    urls: Sequence[str],
+    readahead: ReadAhead | None,
+    decode: str | None = None,
+    threads: int = 0,
+) -> BenchReport:
+    """Read ``urls`` to their ends as a training pipeline does, one reader, through the stages
+    (``open_shards``, read ahead with ``readahead``; ``load_tar``; ``group_samples``; with
+    ``decode``, ``decode(decode, threads=threads)``), measured stage by stage (see
+    :mod:`wdspipes.core.statistics`). No torch.
 
     Raises:
         WdsError: a shard cannot be opened or read.
     """
-    from wdspipes.io.readahead import Lookahead, Prefetcher
-    from wdspipes.io.urls import close_quietly, open_url
-    from wdspipes.read.walk import iter_tar
+    from wdspipes.read.grouping import SampleGrouper
+    from wdspipes.read.opener import ShardOpener
+    from wdspipes.read.shards import ShardList
+    from wdspipes.read.tar import TarLoader
+    from wdspipes.samples.decoders.decoder import SampleDecoder
 
     report = BenchReport()
-    items = Lookahead(urls)
-    ahead = None if readahead is None else Prefetcher(readahead, open_url, items, str)
+    opener = ShardOpener(ShardList(list(urls)), readahead=readahead or False)
+    measured = MeasuredShards(opener, report)
+    pipe: Any = SampleGrouper(TarLoader(measured))
+    if decode is not None:
+        pipe = SampleDecoder(pipe, decode, threads=threads)
+    stats = report.stages = pipe.statistics()
     began = time.perf_counter()
-    try:
-        for url in items:
-            stream = _Measured(open_url(url) if ahead is None else ahead.open(url))
-            try:
-                key = None
-                for name, *_ in iter_tar(stream, url):
-                    if report.first_sample is None:
-                        report.first_sample = time.perf_counter() - began
-                    report.members += 1
-                    sample = split_name(name)
-                    if sample is not None and sample[0] != key:
-                        key = sample[0]
-                        report.samples += 1
-                stream.close()
-            finally:
-                close_quietly(stream)
-            report.shards += 1
-            report.bytes += stream.size
-    finally:
-        if ahead is not None:
-            ahead.close()
+    for sample in pipe:
+        if report.first_sample is None:
+            report.first_sample = time.perf_counter() - began
+        report.samples += 1
+        report.members += sum(1 for name in sample if name[:2] != "__")
     report.seconds = time.perf_counter() - began
-    if ahead is not None:
-        report.waited = ahead.stats.waited
+    if opener.read_stats is not None:
+        report.waited = opener.read_stats.waited
+    stats.finish()
     return report
+
+
+class MeasuredShards(Stage[Any]):
+    """The opened shards of its source, each stream counting the bytes read of it into the
+    report (a stage between ``open_shards`` and ``load_tar``, for ``--bench``)."""
+
+    resumes = Resumes.FROM_START
+
+    def __init__(self, source_datapipe: Any, report: BenchReport) -> None:
+        super().__init__(source_datapipe)
+        self.report = report
+
+    def open(self, source: Any, context: Any, part: Any = None) -> Iterator[Any]:
+        from wdspipes.io.urls import ShardStream
+
+        for shard in source:
+            stream = _Measured(shard.stream)
+            try:
+                yield ShardStream(shard.url, stream)
+            finally:
+                self.report.shards += 1
+                self.report.bytes += stream.size
 
 
 def _file_size(stream: object) -> int | None:
@@ -333,14 +361,27 @@ def _file_size(stream: object) -> int | None:
 @click.option(
     "--bench",
     is_flag=True,
-    help="Time reading the shards as a training pipeline does (with read-ahead): MB/s, and "
-    "the time spent waiting for the network against walking the shards.",
+    help="Time reading the shards as a training pipeline does (with read-ahead): MB/s, the "
+    "time spent waiting for the network, and where the time went, stage by stage.",
 )
 @click.option(
     "--connections",
     type=click.IntRange(min=0),
     default=None,
     help="With --bench: read-ahead connections (default 32); 0 turns read-ahead off.",
+)
+@click.option(
+    "--decode",
+    "decode_spec",
+    default=None,
+    metavar="SPEC",
+    help="With --bench: decode the samples too, images as SPEC (rgb8, l8, ...).",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=0),
+    default=0,
+    help="With --bench --decode: decode this many samples at once in threads.",
 )
 @NO_COMMANDS
 def info(
@@ -349,6 +390,8 @@ def info(
     ignore_zeros: bool,
     bench: bool,
     connections: int | None,
+    decode_spec: str | None,
+    threads: int,
 ) -> None:
     """Count the samples, members, fields and bytes of SHARDS and check them for problems.
 
@@ -361,10 +404,12 @@ def info(
     clock = Stopwatch()
     urls = expand_shards(shards)
     if bench:
-        _bench(urls, as_json, connections)
+        _bench(urls, as_json, connections, decode_spec, threads)
         return
     if connections is not None:
         raise click.UsageError("--connections goes with --bench")
+    if decode_spec is not None or threads:
+        raise click.UsageError("--decode and --threads go with --bench")
     reports = []
     with progress(urls, unit=" shards", desc="info") as bar:
         for url in bar:
@@ -390,7 +435,9 @@ def info(
         )
 
 
-def _bench(urls: list[str], as_json: bool, connections: int | None) -> None:
+def _bench(
+    urls: list[str], as_json: bool, connections: int | None, decode: str | None, threads: int
+) -> None:
     from wdspipes.io.readahead import ReadAhead
 
     readahead = (
@@ -400,7 +447,7 @@ def _bench(urls: list[str], as_json: bool, connections: int | None) -> None:
         if connections
         else None
     )
-    report = bench_shards(urls, readahead)
+    report = bench_shards(urls, readahead, decode, threads)
     if as_json:
         click.echo(json.dumps({"bench": report.as_json()}, indent=2))
     else:

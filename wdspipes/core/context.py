@@ -175,6 +175,9 @@ class EpochContext:
             for the stages after it (their own: the reader's are set in that thread).
         parts_before: for such a stage, the parts of the stages before it as of now, asked in
             the thread that reads them.
+        stats: where the stage's figures are kept when the pipeline is measured (see
+            :mod:`wdspipes.core.statistics`): a stage with threads notes their work and the
+            samples in flight there; None when it is not.
         reads_split: the stage reads the sharding filter directly: its items are the split's,
             the ``n``-th of them the shard at index ``reader + n * readers`` of the epoch's
             list.
@@ -196,6 +199,7 @@ class EpochContext:
     places_after: SamplePlaces | None = None
     parts_before: Callable[[], list[Any]] | None = field(default=None, repr=False)
     reads_split: bool = False
+    stats: Any = None
     reopen: Callable[[str], Iterator[Any]] | None = field(default=None, repr=False)
     drew: bool = False
 

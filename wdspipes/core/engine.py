@@ -58,6 +58,7 @@ True
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -78,6 +79,7 @@ from wdspipes.core.protocol import (
     stage_name,
     unshared,
 )
+from wdspipes.core.statistics import PipelineStatistics, StageStatistics, timed
 from wdspipes.errors import ResumeError
 
 __all__ = [
@@ -303,6 +305,12 @@ class Layout:
                 )
 
 
+def _short_name(pipe: Any) -> str:
+    """A stage's functional name (its class's where it has none), as statistics name it."""
+    name = stage_name(pipe)
+    return name[name.index("(") + 1 : -1] if name.endswith(")") else name
+
+
 def _position(key: str) -> int:
     """The position of a stage's key, ``"<position>:<class>"``, in its pipeline (-1 for a key
     of another form, which then matches no stage)."""
@@ -457,10 +465,13 @@ class PipelineEpoch:
         epoch: int | None = None,
         path: str = "",
         layout: Layout | None = None,
+        stats: PipelineStatistics | None = None,
     ) -> None:
         self.layout = layout or Layout(sink)
         self.clock = clock
         self.path = path
+        self.stats = stats
+        self.records: list[StageStatistics | None] = [None] * len(self.layout.nodes)
         nodes = self.layout.nodes
         self.paths = [f"{path}{index}" for index in range(len(nodes))]
         self.started = False
@@ -528,7 +539,29 @@ class PipelineEpoch:
             self.epochs[index] = opened
             if context.places_after is not None:
                 places = context.places_after
+            record = self._record(index, opened)
+            if record is not None:
+                context.stats = record  # read by the epoch as it begins
+                opened = timed(opened, record)
         return opened
+
+    def _record(self, index: int, opened: Any) -> StageStatistics | None:
+        """Where the figures of the stage at ``index`` are kept, when the pipeline is measured:
+        one record a stage, whatever its reopenings; None for a stage whose epoch ``opened``
+        the one after reads through its own methods, whose time then counts in that stage's
+        (named with it)."""
+        if self.stats is None or getattr(opened, "read_by_next", False):
+            return None
+        record = self.records[index]
+        if record is None:
+            names = [_short_name(self.layout.pipes[index])]
+            at = index
+            while at > 0 and getattr(self.epochs[at - 1], "read_by_next", False):
+                at -= 1
+                names.insert(0, _short_name(self.layout.pipes[at]))
+            record = self.records[index] = self.stats.stage(" + ".join(names))
+            record.ahead = self.layout.nodes[index].reads_ahead
+        return record
 
     def _parts_before(self, index: int) -> Callable[[], list[Any]]:
         """The parts of the stages before position ``index``, as of now."""
@@ -551,11 +584,15 @@ class PipelineEpoch:
     def items(self) -> Iterator[Any]:
         """The epoch's items: the sink's, taken once; the pipeline's iterators close when they
         end, and when this one is closed or dropped early."""
+        if self.stats is not None:
+            self.stats.began = time.perf_counter()
         try:
             self.started = True
             yield from self.opened
         finally:
             self.close()
+            if self.stats is not None:
+                self.stats.ended = time.perf_counter()
 
     def close(self) -> None:
         """End the epoch's iterators that hold resources (open shards, threads)."""
@@ -640,20 +677,31 @@ class Run:
     epoch under way, whose state ``state_dict()`` says. The clock and a loaded state pickle with
     the stage; the epoch under way does not."""
 
-    __slots__ = ("clock", "epoch", "pending")
+    __slots__ = ("clock", "epoch", "measured", "pending")
 
     def __init__(self) -> None:
         self.clock = EpochClock()
         self.pending: Restoration | None = None
         self.epoch: PipelineEpoch | None = None
+        self.measured: PipelineStatistics | None = None  # the next epoch's, or the last's
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"clock": self.clock, "pending": self.pending}
+        measuring = self.measured is not None
+        return {"clock": self.clock, "pending": self.pending, "measuring": measuring}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.clock = state["clock"]
         self.pending = state["pending"]
         self.epoch = None
+        self.measured = PipelineStatistics() if state.get("measuring") else None
+
+    def statistics(self) -> PipelineStatistics:
+        """The statistics of the epoch under way or the last one measured (see
+        :mod:`wdspipes.core.statistics`); asked before any, those of the next epoch, which
+        the pipeline measures from then on."""
+        if self.measured is None:
+            self.measured = PipelineStatistics()
+        return self.measured
 
     def items(self, sink: Any) -> Iterator[Any]:
         """The items of the pipeline's next epoch, opened as the first is asked for."""
@@ -662,7 +710,10 @@ class Run:
     def open(self, sink: Any) -> PipelineEpoch:
         """Open the pipeline's next epoch: from the state loaded, if any."""
         pending, self.pending = self.pending, None
-        epoch = self.epoch = PipelineEpoch(sink, self.clock, pending)
+        measured = self.measured
+        if measured is not None and measured.began is not None:  # that one is an old epoch's
+            measured = self.measured = PipelineStatistics()
+        epoch = self.epoch = PipelineEpoch(sink, self.clock, pending, stats=measured)
         return epoch
 
     def load(self, sink: Any, state: dict[str, Any]) -> None:

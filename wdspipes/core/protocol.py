@@ -107,6 +107,11 @@ class Epoch(Generic[T_co]):
         """The stage's part of the pipeline's state, as of the last item it yielded."""
         return None
 
+    read_by_next: ClassVar[bool] = False
+    """Whether the stage after it reads its items through the epoch's own methods (``load_tar``'s
+    members, which ``group_samples`` takes as plain tuples): measured, its time counts in that
+    stage's (see :mod:`wdspipes.core.statistics`)."""
+
     def parts_before(self) -> list[Any] | None:
         """For a stage that reads its source in another thread (``reads_ahead``): the parts of
         the stages before it as of the last item it yielded; None for others."""

@@ -40,6 +40,7 @@ from wdspipes.core.protocol import (
     front_end_of,
     is_torch_datapipe,
 )
+from wdspipes.core.statistics import PipelineStatistics
 
 __all__ = ["Epoch", "Resumes", "Sample", "Stage"]
 
@@ -121,6 +122,24 @@ class Stage(StageBase, Generic[T_co]):
                 several loaded into another reader.
         """
         self._run().load(self, state_dict)
+
+    def statistics(self) -> PipelineStatistics:
+        """Where the time of the pipeline that ends in this stage goes, stage by stage: the
+        statistics of its epoch under way, or of the last one measured; asked before any, those
+        of its next epoch (see :mod:`wdspipes.core.statistics`). Measuring begins with the
+        first epoch opened after it is first asked for (it costs two clock readings per item
+        and stage), and goes on with the epochs after.
+
+        >>> class Passed(Stage):
+        ...     def open(self, source, context, part=None):
+        ...         return iter(source)
+        >>> pipe = Passed(range(1000))
+        >>> stats = pipe.statistics()
+        >>> total = sum(pipe)
+        >>> [(record.name, record.items) for record in stats.stages]
+        [('Passed', 1000)]
+        """
+        return self._run().statistics()
 
     def set_epoch(self, epoch: int) -> None:
         """Number the next epoch of the pipeline that ends in this stage ``epoch``, as

@@ -118,6 +118,8 @@ class TarEpoch(Epoch[TarMember]):
     after it (``group_samples``, which is handed this epoch as its source), as plain tuples
     (:meth:`members`). Bare members cannot resume: the reader keeps each sample's place."""
 
+    read_by_next = True  # group_samples reads its members through members()
+
     def __init__(self, stage: TarLoader, source: Iterable[OpenedShard], context: EpochContext):
         self.stage = stage
         self.source = source

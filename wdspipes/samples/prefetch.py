@@ -92,6 +92,7 @@ class PrefetchEpoch(Epoch[T]):
         self.down = context.places_after
         self.snapshot = context.parts_before
         self.last_parts = context.parts_before()  # as the epoch opens: before any item
+        self.context = context
 
     def __iter__(self) -> Iterator[T]:
         up, down = self.up, self.down
@@ -104,8 +105,11 @@ class PrefetchEpoch(Epoch[T]):
             target=self._read, args=(items, stop), name="wdspipes-prefetch", daemon=True
         )
         thread.start()
+        record = self.context.stats  # measured: the items in its queue
         try:
             while True:
+                if record is not None:
+                    record.in_flight_total += items.qsize()
                 got = items.get()
                 if got is _END:
                     return

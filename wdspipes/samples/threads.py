@@ -28,6 +28,8 @@ the sample and the epoch alone).
 from __future__ import annotations
 
 import itertools
+import threading
+import time
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -134,6 +136,7 @@ class InFlight(Epoch[Any]):
         self.ahead = AHEAD * threads
         self.errors = errors
         self.handler = handler
+        self.context = context
         self.places = context.places
         self.untracked = context.untracked
         self.flight: deque[tuple[Future[Any], Place | None]] = deque()
@@ -147,17 +150,25 @@ class InFlight(Epoch[Any]):
 
     def __iter__(self) -> Iterator[Any]:
         places, flight, ahead, work = self.places, self.flight, self.ahead, self.work
+        record = self.context.stats  # measured: the threads' work, the samples in flight
+        if record is not None:
+            record.threads = self.threads
+            work = _timed_work(work, record)
         pool = ThreadPoolExecutor(self.threads, thread_name_prefix="wdspipes-threads")
         try:
             for item in self.source:
                 flight.append((pool.submit(work, item), None if places is None else places.last))
                 while len(flight) >= ahead:
+                    if record is not None:
+                        record.in_flight_total += len(flight)
                     result = self._done(flight.popleft())
                     if result is _STOP:
                         return
                     if result is not DROP:
                         yield result
             while flight:
+                if record is not None:
+                    record.in_flight_total += len(flight)
                 result = self._done(flight.popleft())
                 if result is _STOP:
                     return
@@ -209,6 +220,23 @@ class InFlight(Epoch[Any]):
 
 
 _STOP: Any = object()
+
+
+def _timed_work(work: Work, record: Any) -> Work:
+    """``work``, adding the seconds each call takes (in its thread) to ``record``."""
+    lock = threading.Lock()
+    clock = time.perf_counter
+
+    def timed_work(item: Any) -> Any:
+        start = clock()
+        try:
+            return work(item)
+        finally:
+            spent = clock() - start
+            with lock:
+                record.thread_work += spent
+
+    return timed_work
 
 
 def _held(part: Any, context: EpochContext) -> list[Place]:
