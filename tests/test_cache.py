@@ -13,6 +13,7 @@ What this file proves, with ``pipe:`` URLs (always) and ``http://`` URLs from a 
   ``cache_size``, and an entry being read is not evicted;
 - a shard another reader is fetching is read from its URL without writing; two DataLoader
   workers racing on one shard deliver its samples once each and leave one valid entry;
+- a reader that claims such a shard (random access) opens nothing and waits for its copy;
 - local paths are not cached but carry their own path; without a cache no sample changes.
 """
 
@@ -22,6 +23,7 @@ import errno
 import gc
 import hashlib
 import http.server
+import io
 import json
 import os
 import pickle
@@ -39,7 +41,15 @@ from torch.utils.data import DataLoader
 
 import wdspipes as wds
 import wdspipes.io.cache
-from wdspipes.io.cache import ShardCache, _aux, _try_lock, _unlock, entry_name
+from wdspipes.io.cache import (
+    CacheWriter,
+    Located,
+    ShardCache,
+    _aux,
+    _try_lock,
+    _unlock,
+    entry_name,
+)
 from wdspipes.io.urls import SCHEMES
 from wdspipes.read import opener
 
@@ -413,6 +423,41 @@ def test_shard_fetched_by_another_reader_is_read_without_writing(
     assert entries(cache) == [entry_name(url)]
     read([url], cache)
     assert PipeSource().requests(paths[0]) == 2  # read through, then cached once
+
+
+def test_a_claim_of_a_shard_another_reader_fetches_opens_nothing_and_waits_for_its_copy(
+    paths: list[str], cache: Path
+) -> None:
+    url = PipeSource().url(paths[0])  # only the key here: the opener below serves the bytes
+    data = Path(paths[0]).read_bytes()
+    opened: list[str] = []
+
+    def open_url(url: str) -> io.BytesIO:
+        opened.append(url)
+        return io.BytesIO(data)
+
+    fetcher = ShardCache(cache).claim(url, open_url)
+    assert isinstance(fetcher, CacheWriter)
+    other = ShardCache(cache)
+    assert other.claim(url, open_url) is None
+    claimed: list[object] = []
+
+    def wait_and_claim() -> None:
+        other.wait(url)
+        claimed.append(other.claim(url, open_url))
+
+    waiter = threading.Thread(target=wait_and_claim)
+    waiter.start()
+    assert fetcher.read() == data
+    fetcher.close()  # commits the entry, then lets go of the lock
+    waiter.join(60)
+    assert not waiter.is_alive()
+    (entry,) = claimed
+    assert isinstance(entry, Located) and entry.read() == data
+    entry.close()
+    assert opened == [url]
+    assert entries(cache) == [entry_name(url)] and leftovers(cache) == []
+    other.wait(url)  # no one fetches it: at once
 
 
 def tag_reader(sample: Sample) -> Sample:

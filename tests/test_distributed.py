@@ -29,6 +29,7 @@ import random
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections import Counter
@@ -81,10 +82,13 @@ def run_ranks(
     scenario: str, directory: Path, world: int = WORLD, **options: Any
 ) -> list[dict[str, Any]]:
     """Run ``SCENARIOS[scenario](directory, **options)`` on ``world`` ranks (two by default);
-    their results by rank."""
+    their results by rank. The ranks meet through a file of their own (a port found free
+    here could be taken by another process before rank 0 listens on it)."""
+    descriptor, rendezvous = tempfile.mkstemp(prefix=".rendezvous-", dir=directory)
+    os.close(descriptor)
     context = mp.start_processes(
         _rank_main,
-        args=(scenario, free_port(), directory, world, options),
+        args=(scenario, rendezvous, directory, world, options),
         nprocs=world,
         join=False,
         start_method="spawn",
@@ -99,12 +103,12 @@ def run_ranks(
 
 
 def _rank_main(
-    rank: int, scenario: str, port: int, directory: Path, world: int, options: dict[str, Any]
+    rank: int, scenario: str, rendezvous: str, directory: Path, world: int, options: dict[str, Any]
 ) -> None:
-    os.environ.update(LOCALHOST, MASTER_PORT=str(port))
+    os.environ.update(LOCALHOST)
     dist.init_process_group(
         "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
+        init_method=f"file://{rendezvous}",
         rank=rank,
         world_size=world,
         timeout=timedelta(seconds=TIMEOUT),

@@ -77,6 +77,7 @@ class ShardServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), ShardHandler)
         self.root = root
         self.lock = threading.Lock()
+        self.arrived = threading.Condition(self.lock)  # notified as each request is recorded
         self.requests: list[Request] = []
         self.statuses: list[int] = []  # answered first, one per request
         self.always_status: int | None = None
@@ -136,6 +137,12 @@ class ShardServer(ThreadingHTTPServer):
             with self.lock:
                 self.active -= 1
 
+    def wait_requests(self, count: int, seconds: float = 10.0) -> bool:
+        """Wait until ``count`` requests have been recorded (a client may give up on one before
+        the handler's thread gets to it); whether they have."""
+        with self.arrived:
+            return self.arrived.wait_for(lambda: len(self.requests) >= count, seconds)
+
     def wait_idle(self, seconds: float = 10.0) -> bool:
         deadline = time.monotonic() + seconds
         while self.active and time.monotonic() < deadline:
@@ -162,6 +169,7 @@ class ShardHandler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path
         with server.lock:
             server.requests.append(Request(path, self.headers.get("Range"), self.client_address[1]))
+            server.arrived.notify_all()
             status = server.statuses.pop(0) if server.statuses else server.always_status
             stall = server.stall_headers > 0
             server.stall_headers -= stall
@@ -495,7 +503,7 @@ def test_stall_before_headers_times_out_and_is_retried(server: ShardServer) -> N
     server.stall_headers = 2
     with pytest.raises(wds.ShardOpenError, match=r"at byte 0: timed out; gave up after 2"):
         open_http(f"{server.url}/shard-000.tar", retries=1, timeout=0.2)
-    assert len(server.requests) == 2
+    assert server.wait_requests(2) and len(server.requests) == 2
 
 
 def test_stall_mid_body_times_out_and_resumes(server: ShardServer, shards: list[Path]) -> None:
@@ -505,12 +513,12 @@ def test_stall_mid_body_times_out_and_resumes(server: ShardServer, shards: list[
 
 
 def test_refused_connection_is_retried(sleeps: list[float]) -> None:
-    with socket.socket() as probe:  # a port nobody listens on
+    with socket.socket() as probe:  # bound, not listening: refuses, and no one else takes it
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    url = f"http://127.0.0.1:{port}/shard.tar"
-    with pytest.raises(wds.ShardOpenError) as caught:
-        open_http(url, retries=2, backoff=0.25)
+        url = f"http://127.0.0.1:{port}/shard.tar"
+        with pytest.raises(wds.ShardOpenError) as caught:
+            open_http(url, retries=2, backoff=0.25)
     assert str(caught.value) == f"{url}, at byte 0: Connection refused; gave up after 3 attempts"
     assert sleeps == [0.25, 0.5]
 

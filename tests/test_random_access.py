@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import multiprocessing
 import os
 import pickle
 import random
@@ -24,6 +25,8 @@ import pytest
 from shardgen import BLOCK, make_tar
 
 import wdspipes as wds
+from wdspipes.io import cache as cache_module
+from wdspipes.io.cache import CacheWriter, ShardCache
 from wdspipes.io.http import close_connections
 from wdspipes.read import indexed, offsets, shard_reader
 from wdspipes.read.index_file import load_index
@@ -866,6 +869,116 @@ def test_dataloader_workers_fetch_each_remote_shard_once(
     assert keys == sorted(s["__key__"] for s in streamed(shards))
     fetched = sorted(name for name, _ in range_server.requests if name.endswith(".tar"))
     assert fetched == ["s-0.tar", "s-1.tar"]
+
+
+def read_in_step(ds: wds.ShardListDataset, indices: list[int], barrier: Any) -> None:
+    """Read ``ds[i]`` for each of ``indices``, every read started together with the other
+    processes at ``barrier``."""
+    for index in indices:
+        barrier.wait(timeout=60)  # a bound if another process died, not a pace
+        ds[index]
+
+
+def shard_requests(server: RangeServer) -> dict[str, int]:
+    """Requests of each shard: in the cache's path every one is a download from byte 0 (no
+    range is asked for there: a resumed range would start at a later byte)."""
+    counts: dict[str, int] = {}
+    for name, requested in server.requests:
+        if name.endswith(".tar"):
+            assert requested is None or requested.startswith("bytes=0-"), requested
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+@pytest.mark.loaders
+def test_processes_reading_an_uncached_shard_at_once_download_it_once(
+    range_server: RangeServer, tmp_path: Path
+) -> None:
+    """Two processes start reading each of 32 uncached shards at the same moment (a barrier
+    before each read): whichever takes a shard's lock fetches it, the other waits for that
+    copy. Before the fetch was taken only under the lock, a reader that had looked at a free
+    lock a moment before opened the URL and dropped it when the other took the lock first:
+    most runs downloaded some shard twice (issue 33)."""
+    counts = [2] * 32
+    index_url, shards = remote_dataset(range_server, counts)
+    ds = wds.ShardListDataset(index_url, cache_dir=tmp_path / "cache")
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(2)
+    firsts = [2 * n for n in range(len(counts))]
+    processes = [context.Process(target=read_in_step, args=(ds, firsts, barrier)) for _ in range(2)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(120)
+    assert [p.exitcode for p in processes] == [0, 0]
+    assert shard_requests(range_server) == {path.name: 1 for path in shards}
+    assert [ds[i]["__key__"] for i in firsts] == [f"{n}-0000" for n in range(len(counts))]
+    assert shard_requests(range_server) == {path.name: 1 for path in shards}  # all cached
+
+
+def hold_entry(cache_dir: Path, url: str, held: Any) -> None:
+    """Be another reader fetching ``url`` into the cache: take its entry's lock, say so, and
+    keep it until killed (two minutes at most)."""
+    writer = ShardCache(cache_dir).claim(url, lambda _: io.BytesIO(b""))
+    assert isinstance(writer, CacheWriter)
+    held.set()
+    threading.Event().wait(120)
+
+
+@pytest.mark.loaders
+def test_a_reader_waiting_for_a_fetcher_that_dies_fetches_the_shard_itself(
+    range_server: RangeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index_url, shards = remote_dataset(range_server, [3])
+    cache_dir = tmp_path / "cache"
+    url = f"{range_server.url}/{shards[0].name}"
+    context = multiprocessing.get_context("fork")
+    held, waiting = context.Event(), threading.Event()
+    holder = context.Process(target=hold_entry, args=(cache_dir, url, held))
+    holder.start()
+    try:
+        assert held.wait(60)
+        wait = ShardCache.wait
+
+        def waits(cache: ShardCache, url: str, stall: float | None = None) -> None:
+            waiting.set()
+            wait(cache, url, stall)
+
+        monkeypatch.setattr(ShardCache, "wait", waits)
+        ds = wds.ShardListDataset(index_url, cache_dir=cache_dir)
+        got: list[Sample] = []
+        reader = threading.Thread(target=lambda: got.append(ds[1]))
+        reader.start()
+        assert waiting.wait(60)
+        assert shard_requests(range_server) == {}  # waiting requests nothing
+        holder.kill()  # dies holding the lock: the system lets go of it
+        reader.join(60)
+        assert not reader.is_alive()
+    finally:
+        holder.kill()
+        holder.join(60)
+    assert [s["__key__"] for s in got] == ["0-0001"]
+    assert shard_requests(range_server) == {"s-0.tar": 1}
+
+
+def test_a_reader_waiting_for_a_fetch_without_progress_gives_up(
+    range_server: RangeServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index_url, shards = remote_dataset(range_server, [3])
+    cache_dir = tmp_path / "cache"
+    url = f"{range_server.url}/{shards[0].name}"
+    holder = ShardCache(cache_dir).claim(url, lambda _: io.BytesIO(b""))  # writes nothing
+    assert isinstance(holder, CacheWriter)
+    assert ShardCache(cache_dir).claim(url, pytest.fail) is None  # taken: not opened
+    monkeypatch.setattr(cache_module, "FETCH_STALL", 0.0)
+    ds = wds.ShardListDataset(index_url, cache_dir=cache_dir)
+    with pytest.raises(wds.ShardError, match="without progress for 0 s; reading sample 1"):
+        ds[1]
+    assert shard_requests(range_server) == {}
+    holder.discard()
+    holder.close()  # let go, nothing cached: the next read fetches it
+    assert ds[1]["__key__"] == "0-0001"
+    assert shard_requests(range_server) == {"s-0.tar": 1}
 
 
 def test_shards_in_an_fsspec_store_by_cache_and_by_ranges(tmp_path: Path) -> None:

@@ -54,14 +54,18 @@ def contents(samples: Any) -> list[Sample]:
 
 @pytest.fixture
 def slow(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
-    """The URL scheme ``slow:SECONDS:PATH``: the file at PATH, opened after SECONDS; and
+    """The URL scheme ``slow:COUNT:PATH``: the file at PATH, opened once COUNT other shards
+    have been (a minute at most: read-ahead opens them meanwhile, in the background); and
     ``fail:MESSAGE``, which fails to open at once. Returns what was opened, in order."""
     events: dict[str, list[str]] = {"opened": []}
+    opening = threading.Condition()
 
     def open_slow(url: str) -> io.BufferedReader:
-        _, seconds, path = url.split(":", 2)
-        time.sleep(float(seconds))
-        events["opened"].append(path)
+        _, count, path = url.split(":", 2)
+        with opening:
+            opening.wait_for(lambda: len(events["opened"]) >= int(count), timeout=60)
+            events["opened"].append(path)
+            opening.notify_all()
         return open(path, "rb")
 
     def open_fail(url: str) -> io.BufferedReader:
@@ -75,10 +79,10 @@ def slow(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
 def test_samples_come_in_list_order_whatever_order_shards_open_in(
     small_shards: Shards, slow: dict[str, list[str]]
 ) -> None:
-    delays = [0.3, 0.2, 0.1, 0.0]  # the last shard opens first
-    urls = [f"slow:{delay}:{path}" for delay, path in zip(delays, small_shards.paths, strict=True)]
+    after = [3, 2, 1, 0]  # the last shard opens first, the first last
+    urls = [f"slow:{count}:{path}" for count, path in zip(after, small_shards.paths, strict=True)]
     got = contents(wds.WebDataset(urls))
-    assert slow["opened"][0] != small_shards.paths[0]  # opened out of order, in the background
+    assert slow["opened"] == small_shards.paths[::-1]  # out of order, in the background
     assert got == contents(wds.WebDataset(small_shards.paths))
 
 
@@ -103,10 +107,11 @@ def events_of(urls: list[str], handler: Any, readahead: bool) -> list[str]:
 def test_a_shard_failing_to_open_fails_in_its_turn(
     small_shards: Shards, slow: dict[str, list[str]], handler: Any
 ) -> None:
-    urls = [f"slow:0.2:{small_shards.paths[0]}", "fail:shard-1", f"slow:0:{small_shards.paths[2]}"]
+    first, third = small_shards.paths[0], small_shards.paths[2]
+    urls = [f"slow:1:{first}", "fail:shard-1", f"slow:0:{third}"]
     got = events_of(urls, handler, readahead=True)
-    assert slow["opened"][0] == small_shards.paths[2]  # opened ahead, before the first shard
-    assert got == events_of(urls, handler, readahead=False)
+    assert slow["opened"][0] == third  # opened ahead, before the first shard
+    assert got == events_of([first, "fail:shard-1", third], handler, readahead=False)
     assert got.count("handled fail:shard-1") == 1  # once, after the first shard's samples
     assert got.index("handled fail:shard-1") >= 4
     assert not any(event.startswith("001-") for event in got)

@@ -25,9 +25,12 @@ reads remote shards through a :class:`ShardCache`:
   is kept.
 - **Several readers** (DataLoader workers, processes, machines sharing a POSIX file system
   with working ``flock``): the first to miss an entry takes its lock (``.<name>.lock``) and
-  fetches it; the others do not wait, they read the shard from its URL without writing, as
-  if there were no cache. Every reader gets every sample of the shard once; the entry is
-  written once.
+  fetches it; the other streaming readers (:meth:`ShardCache.open`) do not wait, they read
+  the shard from its URL without writing, as if there were no cache. Every reader gets every
+  sample of the shard once; the entry is written once. Readers that need the local copy
+  (random access) make no request instead: :meth:`ShardCache.claim` fetches only under the
+  lock, and :meth:`ShardCache.wait` waits for the holder to let go of it (its entry committed,
+  its fetch given up, or its process dead), so a shard is downloaded once across processes.
 
 Local paths, ``file:`` URLs and URLs naming an existing file are not cached (they are local
 already) and ``-`` (standard input, readable once) is not either. ``pipe:`` URLs are cached
@@ -63,6 +66,7 @@ from wdspipes.redaction import RedactedOptions, redact
 
 __all__ = [
     "DEFAULT_CACHE_SIZE",
+    "FETCH_STALL",
     "CacheDir",
     "CacheWriter",
     "Located",
@@ -89,6 +93,11 @@ _ENTRY = re.compile(rf"[0-9a-f]{{{_DIGITS}}}-")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _STALE = re.compile(rf"\.([0-9a-f]{{{_DIGITS}}}-.*)\.tmp(-[a-z0-9]{{8}})?")  # an entry's temporary
 _WRITE_BUFFER = 1 << 18
+_POLL = 0.05  # seconds between looks at an entry another reader is fetching
+
+FETCH_STALL = 600.0
+"""Seconds :meth:`ShardCache.wait` waits for another reader's fetch that writes nothing to its
+temporary file, before it gives up; read at each wait."""
 
 
 def entry_name(url: str) -> str:
@@ -172,6 +181,36 @@ class ShardCache:
             lock = None
         if lock is None:  # another reader is fetching it: read it ourselves, without writing
             return Located(open_url(url), path)
+        return self._fetch(url, path, lock, open_url)
+
+    def claim(
+        self, url: str, open_url: Callable[[str], ByteStream]
+    ) -> Located | CacheWriter | None:
+        """The complete entry of ``url``; else, if this reader takes the entry's lock, ``url``
+        opened through ``open_url`` and written to the cache as it is read; else None, and
+        nothing requested: another reader is fetching it (:meth:`wait` for it). For readers
+        that need the local copy, so that a shard is downloaded once across processes.
+
+        Raises:
+            OSError: the cache directory cannot be made, or the lock cannot be taken (a
+                read-only cache).
+            Exception: whatever ``open_url`` raises.
+        """
+        os.makedirs(self.cache_dir, exist_ok=True)
+        path = self.path(url)
+        cached = _open_entry(path, url)
+        if cached is not None:
+            return cached
+        lock = _try_lock(_aux(path, "lock"))
+        if lock is None:
+            return None
+        return self._fetch(url, path, lock, open_url)
+
+    def _fetch(
+        self, url: str, path: str, lock: int, open_url: Callable[[str], ByteStream]
+    ) -> Located | CacheWriter:
+        """With the entry's lock held: the entry if it was completed meanwhile, else ``url``
+        opened and teed into the cache (a bad entry removed first)."""
         try:
             cached = _open_entry(path, url)  # completed since we looked, or still bad
             if cached is not None:
@@ -184,23 +223,39 @@ class ShardCache:
             raise
         return CacheWriter(source, url, path, lock, self)
 
+    def wait(self, url: str, stall: float | None = None) -> None:
+        """Return once no reader fetches ``url`` into the cache (holds its entry's lock): its
+        entry committed, its fetch given up, or its process dead (the system lets go of a
+        dead process's lock). Looks every 50 ms, without taking the lock from a fetcher.
+
+        Raises:
+            TimeoutError: the fetch wrote nothing for ``stall`` seconds (default
+                :data:`FETCH_STALL`).
+            OSError: the lock file cannot be read.
+        """
+        stall = FETCH_STALL if stall is None else stall
+        path = self.path(url)
+        lock_path = _aux(path, "lock")
+        if not _held(lock_path):
+            return
+        written, since = _written(lock_path), time.monotonic()
+        while True:
+            time.sleep(_POLL)
+            if not _held(lock_path):
+                return
+            now, progress = time.monotonic(), _written(lock_path)
+            if progress != written:
+                written, since = progress, now
+            elif now - since >= stall:
+                raise TimeoutError(
+                    f"another reader has been fetching it into {path} without progress for "
+                    f"{stall:g} s"
+                )
+
     def open_entry(self, url: str) -> Located | None:
         """The complete entry of ``url``, opened and marked as used, or None. Until it is
         closed its reader holds a shared lock on it, so that it is not evicted meanwhile."""
         return _open_entry(self.path(url), url)
-
-    def is_fetching(self, url: str) -> bool:
-        """Whether another reader is fetching ``url`` into the cache right now (holds the
-        entry's lock)."""
-        lock_path = _aux(self.path(url), "lock")
-        try:
-            lock = _try_lock(lock_path)
-        except OSError:
-            return False
-        if lock is None:
-            return True
-        _unlock(lock, lock_path)
-        return False
 
     def evict(self, keep: str | None = None) -> None:
         """Remove least recently used entries until the cache holds ``cache_size`` bytes at
@@ -278,6 +333,9 @@ class CacheWriter(ClosingStream):
             self._file = os.fdopen(fd, "wb", buffering=_WRITE_BUFFER)
         except OSError as exn:
             self._give_up(exn)
+        else:  # where readers waiting for the entry see the fetch progress
+            with contextlib.suppress(OSError):
+                os.pwrite(lock, os.path.basename(self._temp).encode(), 0)
 
     def read(self, size: int = -1, /) -> bytes:
         return self._tee(self._source.read(size), size)
@@ -544,6 +602,39 @@ def _try_lock(path: str) -> int | None:
         if current is not None and (current.st_ino, current.st_dev) == (held.st_ino, held.st_dev):
             return fd
         os.close(fd)
+
+
+def _held(path: str) -> bool:
+    """Whether a reader holds the lock file ``path``: looked at with a shared lock, neither
+    creating nor removing the file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _written(path: str) -> int | None:
+    """The bytes the fetch holding the lock file ``path`` has written to its temporary file
+    (whose name it holds), if it can be seen."""
+    directory, name = os.path.split(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        try:
+            temporary = os.read(fd, 256).decode("utf-8", "replace")
+        finally:
+            os.close(fd)
+        if not (temporary.startswith(f"{name.removesuffix('lock')}tmp-") and "/" not in temporary):
+            return None
+        return os.stat(os.path.join(directory, temporary), follow_symlinks=False).st_size
+    except OSError:
+        return None
 
 
 def _unlock(fd: int, path: str) -> None:

@@ -14,7 +14,8 @@ its layout, kept while its shard is open (:mod:`wdspipes.read.shard_reader`):
   into the shard cache (``cache_dir``, bounded by ``cache_size``, least recently used shards
   evicted: :mod:`wdspipes.io.cache`) the first time one of their samples is read, and walked
   for their offsets on the way in; the cache keeps the offsets beside the entry. Readers in
-  other processes wait for the one that fetches a shard instead of fetching it too. With
+  other processes wait for the one that fetches a shard instead of fetching it too (without
+  a request; an error if its fetch writes nothing for ``FETCH_STALL`` seconds). With
   ``ranged=True`` they are not fetched: each sample is one ranged request
   (:mod:`wdspipes.io.ranges`), and the offsets come from a sidecar in the cache directory, a
   sidecar beside the remote shard (``URL.wdsidx``, as ``wdspipes index`` writes it beside local
@@ -38,7 +39,6 @@ import logging
 import operator
 import os
 import threading
-import time
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -51,7 +51,14 @@ from wdspipes.errors import (
     ShardOpenError,
     WdsError,
 )
-from wdspipes.io.cache import DEFAULT_CACHE_SIZE, CacheDir, CacheWriter, ShardCache, sidecar_of
+from wdspipes.io.cache import (
+    DEFAULT_CACHE_SIZE,
+    CacheDir,
+    CacheWriter,
+    Located,
+    ShardCache,
+    sidecar_of,
+)
 from wdspipes.io.local import reading_path
 from wdspipes.io.pipe import Commands
 from wdspipes.io.ranges import LocalRanges, RangeReader, has_ranges, open_ranges
@@ -75,7 +82,7 @@ log = logging.getLogger(__name__)
 
 Sample = dict[str, Any]
 
-_WAIT = 0.05  # seconds between looks at a shard another reader is fetching
+_FETCHES = 3  # fetches of a shard by one read, when the cache does not keep it
 
 
 class IndexedShards:
@@ -282,23 +289,22 @@ class IndexedShards:
         cache = self.cache
         url = entry.url
         fetched: ShardOffsets | None = None
-        attempts = 0
-        while True:
-            located = cache.open_entry(url)
+        located: Located | None = None
+        for _ in range(_FETCHES):
+            claimed = self._claim(entry, cache)
+            if isinstance(claimed, Located):
+                located = claimed
+                break
+            fetched = self._fetch(entry, claimed)
+            if fetched.damage is not None:
+                return self._damaged_remote(entry, fetched)
+            located = cache.open_entry(url)  # committed, unless writing it failed
             if located is not None:
                 break
-            if cache.is_fetching(url):
-                time.sleep(_WAIT)
-                continue
-            attempts += 1
-            if attempts > 3:
-                raise ShardError(
-                    f"cannot fetch the shard into the cache {cache.cache_dir} (see the log)",
-                    url=url,
-                )
-            fetched = self._fetch(entry, cache)
-            if fetched is not None and fetched.damage is not None:
-                return self._damaged_remote(entry, fetched)
+        if located is None:
+            raise ShardError(
+                f"cannot fetch the shard into the cache {cache.cache_dir} (see the log)", url=url
+            )
         # The duplicate holds the entry's shared lock (no eviction) while the reader lives.
         fd = os.dup(located.stream.fileno())  # type: ignore[attr-defined]
         located.close()
@@ -312,14 +318,27 @@ class IndexedShards:
             self._offsets[number] = offsets
         return self._checked(entry, offsets, file)
 
-    def _fetch(self, entry: ShardEntry, cache: ShardCache) -> ShardOffsets | None:
-        """Fetch the shard into the cache, walking it for its offsets on the way; None if
-        another reader began fetching it first."""
-        opener = self._open_url
-        stream = cache.open(entry.url, opener)
-        if not isinstance(stream, CacheWriter):
-            close_quietly(stream)
-            return None
+    def _claim(self, entry: ShardEntry, cache: ShardCache) -> Located | CacheWriter:
+        """The shard's complete entry in the cache, or the shard opened to be fetched into it
+        by this reader; while another reader fetches it, this one waits and requests nothing
+        (one download a shard across processes)."""
+        while True:
+            try:
+                stream = cache.claim(entry.url, self._open_url)
+                if stream is not None:
+                    return stream
+                cache.wait(entry.url)
+            except WdsError:
+                raise
+            except OSError as exn:  # a read-only cache, a fetch by another reader stuck
+                raise ShardError(
+                    f"cannot fetch the shard into the cache {cache.cache_dir}: {exn}",
+                    url=entry.url,
+                ) from exn
+
+    def _fetch(self, entry: ShardEntry, stream: CacheWriter) -> ShardOffsets:
+        """Fetch the shard into the cache through ``stream``, walking it for its offsets on
+        the way (a damaged shard is not cached)."""
         counted = _Counted(stream)
         try:
             offsets = scan_offsets(counted, entry.url, size=-1, ignore_zeros=self.ignore_zeros)
