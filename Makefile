@@ -41,8 +41,8 @@ test-fast: setup test-tools
 	$(BIN)/pytest -q -m "not loaders and not slow"
 
 lint: setup
-	$(BIN)/ruff check wdspipes tests benchmarks examples
-	$(BIN)/ruff format --check wdspipes tests benchmarks examples
+	$(BIN)/ruff check wdspipes wdspipes_command.py tests benchmarks examples
+	$(BIN)/ruff format --check wdspipes wdspipes_command.py tests benchmarks examples
 	$(BIN)/mypy
 
 setup-demo: $(VENV)/.demo-installed

@@ -7,7 +7,7 @@
 Each command runs in a new process, the runs of the commands interleaved; the table gives the
 median and the fastest wall time. For reference: an empty Python, and ``import torch`` alone.
 Whether torch was loaded is asked of a process that runs the command as the entry point does
-and then looks in ``sys.modules``.
+(through the launcher ``wdspipes_command``) and then looks in ``sys.modules``.
 
 Target: every command under 0.5 s (median), its ``--help`` and its run here alike, but for
 ``show`` drawing images, which may load torch as it decodes.
@@ -33,7 +33,7 @@ TARGET = 0.5  # seconds, median
 EXEMPT = ("python", "wdspipes show SHARD")
 """Labels (by their start) the target does not apply to: the references, and show decoding."""
 WATCH = (
-    "import sys; from wdspipes.cli import main; code = main(sys.argv[1:]); "
+    "import sys; from wdspipes_command import main; code = main(sys.argv[1:]); "
     "print('torch' in sys.modules, file=sys.stderr); sys.exit(code)"
 )
 

@@ -28,16 +28,14 @@ def quiet() -> Iterator[None]:
 
 
 def import_libraries(names: Sequence[str]) -> dict[str, str]:
-    """Import the libraries before anything is timed; their versions by name. ``import
-    wdspipes`` loads its names (and torch) on their first use, so wdspipes' are loaded here too:
-    else the first reader timed pays 2 s or more for them."""
+    """Import the libraries before anything is timed (``import wdspipes`` loads torch and
+    every stage: 2 s or more that the first reader timed would pay otherwise); their versions
+    by name."""
     versions = {}
     with quiet():
         for name in names:
             module = importlib.import_module(name)
             versions[name] = str(getattr(module, "__version__", "?"))
-            if name == "wdspipes":
-                importlib.import_module("wdspipes.api")
     return versions
 
 

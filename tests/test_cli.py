@@ -419,7 +419,7 @@ def test_info_bench_decodes_in_threads(tmp_path: Path, capsys: pytest.CaptureFix
 # Runs the command as the entry point does, then says whether torch was loaded.
 WITHOUT_TORCH = """
 import sys
-from wdspipes.cli import main
+from wdspipes_command import main  # as the console script launches the command
 code = main(sys.argv[1:])
 print("torch loaded" if "torch" in sys.modules else "no torch", file=sys.stderr)
 sys.exit(code)

@@ -126,9 +126,11 @@ def test_only_the_front_ends_and_the_tensor_code_import_torch_at_module_level() 
 
 
 # Batches (as lists) of mixed items, unbatched again, and shards claimed from a directory,
-# through the core classes alone; then whether torch was loaded.
+# through the core classes alone, in the command's process (launched as its console script
+# launches it); then whether torch was loaded.
 CORE_STAGES = """
 import pathlib, sys, tempfile
+import wdspipes_command  # the command's process, where importing wdspipes loads no torch
 from wdspipes.read.directory import ShardClaimer
 from wdspipes.samples.batch import Batcher, Unbatcher
 from wdspipes.samples.mix import Interleaver, RandomInterleaver

@@ -60,7 +60,7 @@ def test_imports_with_torchdata_in_either_order(order: tuple[str, str]) -> None:
     script = (
         "import warnings; warnings.simplefilter('ignore')\n"
         f"import {order[0]}; import {order[1]}\n"
-        "import wdspipes.api  # the stages' names: at once after torch, else with a first name\n"
+        "import wdspipes  # every stage's name, at once, in either order\n"
         "from torch.utils.data import IterDataPipe as D\n"
         "assert {'load_tar', 'group_samples', 'load_from_tar', 'webdataset'} <= set(D.functions)\n"
     )

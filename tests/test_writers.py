@@ -978,10 +978,12 @@ def test_killed_tar_writer_leaves_nothing_under_its_name(tmp_path: Path) -> None
     assert (tmp_path / partial).stat().st_size >= 25 * 20_000
 
 
-# A .ten field written, and read back by the basic decoder, in a new process: numpy arrays
-# need no torch, and the process says whether it was loaded.
+# A .ten field written, and read back by the basic decoder, in a new process that is the
+# command's (launched as its console script launches it, where importing wdspipes loads no
+# torch): numpy arrays need no torch, and the process says whether it was loaded.
 TENBIN_WITHOUT_TORCH = """
 import io, sys
+import wdspipes_command
 import numpy as np
 from wdspipes.samples.decoders.basic import BasicDecoder
 from wdspipes.write import TarWriter

@@ -1,14 +1,20 @@
 """wdspipes: train PyTorch models on WebDataset shards through registered DataPipes.
 
-The package registers its functional stages on ``IterDataPipe``: ``list_shards``,
+``import wdspipes`` loads every public name (:mod:`wdspipes.api`), and with them torch and
+every stage's functional name registered on ``IterDataPipe``: ``list_shards``,
 ``resample_shards``, ``open_shards``, ``load_tar``, ``group_samples``, ``load_cbor``,
 ``load_msgpack``, ``decode``, ``buffer_shuffle``, ``to_tuple``, ``map_tuple``, ``map_dict``,
 ``rename``, ``select``, ``map_samples``, ``islice``, ``batched``, ``unbatched``, ``with_epoch``,
-``with_length`` and ``repeat_epochs``. ``import wdspipes`` itself loads nothing of torch, so
-that the ``wdspipes`` command starts at once, and changes nothing of torch: the names of the
-package (all of :mod:`wdspipes.api`) load with its first use, or at once if torch is loaded
-already; a program that imports torch after wdspipes uses a wdspipes name before it chains
-a functional name on torch's own DataPipes (:mod:`wdspipes.core.loading`).
+``with_length`` and ``repeat_epochs``, whatever was imported before it or is imported after
+(``import wdspipes`` then ``IterableWrapper(urls).open_shards()`` works, and so does any
+submodule imported first, ``import wdspipes.read.tar``). Nothing of torch is changed: no import
+hook, no patched registry; the names are registered through torch's own
+``IterDataPipe.register_function``.
+
+The one process that does not load them is the ``wdspipes`` command's, whose console script
+imports the launcher :mod:`wdspipes_command` (outside the package) before the package: there
+``import wdspipes`` loads no torch, so that the command creates, lists, copies and reshards
+shards at once, and a name of the package loads the api on its first use.
 
 The folders are the way data moves: ``state`` (the state protocol and its assembler), ``core``
 (the torch-free stage base, curried stages, seeds, ranks and workers), ``loaders`` (torchdata's
@@ -24,30 +30,39 @@ is.
 
 webdataset's module paths hold the names programs import from them: ``wdspipes.shardlists``,
 ``wdspipes.tariterators``, ``wdspipes.filters``, ``wdspipes.utils``, ``wdspipes.autodecode``,
-``wdspipes.handlers`` and ``wdspipes.gopen`` (``wds.gopen`` is the function, as in
-webdataset); see docs/webdataset-modules.md.
+``wdspipes.handlers`` and ``wdspipes.gopen`` are attributes of the package, as in webdataset
+(``wds.gopen`` is the function); see docs/webdataset-modules.md.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
-
-from wdspipes.core import loading
-from wdspipes.gopen import gopen as gopen  # the function, as webdataset's; loads nothing yet
-
-if TYPE_CHECKING:  # what type checkers and IDEs see: every name, as loaded
-    from wdspipes.api import *  # noqa: F403
 
 __version__ = "0.1.0.dev0"
 
+COMMAND = "wdspipes_command"
+"""The launcher of the ``wdspipes`` command: imported before the package, it says that the
+process is the command, which loads no torch."""
 
-def __getattr__(name: str) -> Any:
-    """``wdspipes.NAME``, loaded from :mod:`wdspipes.api` on first use (with torch)."""
-    return loading.api_name(__name__, name, globals())
+if TYPE_CHECKING or COMMAND not in sys.modules:
+    # webdataset's module paths are attributes of the package, as webdataset's are; wds.gopen
+    # is the function, as webdataset's
+    from wdspipes import autodecode as autodecode
+    from wdspipes import filters as filters
+    from wdspipes import handlers as handlers
+    from wdspipes import shardlists as shardlists
+    from wdspipes import tariterators as tariterators
+    from wdspipes import utils as utils
+    from wdspipes.api import *  # noqa: F403
+    from wdspipes.api import __all__ as __all__
+    from wdspipes.gopen import gopen as gopen
+else:  # the command's process
 
+    def __getattr__(name: str) -> Any:
+        """``wdspipes.NAME`` in the command's process: the api, loaded on first use."""
+        if name.startswith("__"):
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        import importlib
 
-def __dir__() -> list[str]:
-    return loading.api_dir(globals())
-
-
-loading.load_api_if_torch_is_loaded()
+        return getattr(importlib.import_module(f"{__name__}.api"), name)
