@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 from package_graph import imports_of, package_modules
 
+FACADES = ("autodecode", "filters", "gopen", "handlers", "shardlists", "tariterators", "utils")
+"""webdataset's module paths (``wdspipes.filters``, ...): facades over the layer."""
+
 MAY_IMPORT = {
     "redaction": set(),
     "errors": {"redaction"},
@@ -23,23 +26,31 @@ MAY_IMPORT = {
     "read": {"io", "core", "errors", "redaction"},
     "samples": {"loaders", "core", "errors", "redaction"},
     "write": {"io", "samples", "core", "errors", "redaction"},
-    # the DataPipe front ends of the stages of read and samples, torch's stages in a pipeline,
-    # and torch's names on them
+    # the DataPipe front ends of the stages of read and samples, torch's stages in a pipeline
     "pipes": {"read", "io", "samples", "loaders", "core", "errors", "redaction"},
     "nodes": {"errors"},  # the torchdata.nodes front end: over any pipeline, by its methods
     "pipeline": {"pipes", "read", "io", "samples", "core", "errors", "redaction"},
     "tools": {"write", "read", "io", "samples", "core", "errors", "redaction"},
-    # webdataset's module paths: facades over the stages, each from what it stands for
-    "gopen": {"io", "core", "redaction"},
-    "handlers": {"errors", "redaction"},
-    "utils": {"pipeline", "core", "redaction"},
-    "filters": {"api", "utils", "core", "errors", "redaction"},
-    "shardlists": {"api", "read", "core", "redaction"},
-    "tariterators": {"api", "gopen", "read", "io", "core", "errors", "redaction"},
-    "autodecode": {"samples", "core", "errors", "redaction"},
+    # webdataset's vocabulary, one layer on top of the stages and their front ends
+    "webdataset": {"pipeline", "pipes", "read", "io", "samples", "core", "errors", "redaction"},
+    # webdataset's module paths: facades over the layer, nothing else
+    **{path: {"webdataset"} for path in FACADES},
 }
 """What each folder (or module at the top) may import besides itself; ``cli``, ``demo``,
 ``api`` and the package's ``__init__`` may import anything."""
+
+
+def test_the_api_takes_webdatasets_names_from_the_layer_not_the_facades() -> None:
+    """No ring: the api imports webdataset's layer, and the facades at webdataset's module paths
+    import the layer too, never the api; the layer imports neither."""
+    modules = package_modules()
+    api = {part(name) for name in imports_of(modules["wdspipes.api"])}
+    assert "webdataset" in api and not api & set(FACADES)
+    layer = [name for name in modules if part(name) == "webdataset"]
+    assert len(layer) > 5
+    for name in layer:
+        imported = {part(module) for module in imports_of(modules[name])}
+        assert not imported & {"api", *FACADES}, name
 
 
 def part(module: str) -> str:
@@ -77,6 +88,7 @@ it, if at all, inside the function that makes a tensor or meets one of torch's o
 
 TORCH_ANYWHERE = (
     "wdspipes.pipes",
+    "wdspipes.webdataset",
     "wdspipes.loaders",
     "wdspipes.nodes",
     "wdspipes.demo",

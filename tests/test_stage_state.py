@@ -313,7 +313,7 @@ TORCH_EXAMPLES: dict[
         lambda urls: samples(urls).shuffle().to_tuple("__key__"),
         refused_once_begun("ShufflerIterDataPipe (shuffle) cannot save the samples in its buffer"),
     ),
-    # webdataset's calls of torch's names (wdspipes.pipes.torch_names): wdspipes' stages
+    # webdataset's calls of torch's names (wdspipes.webdataset.torch_names): wdspipes' stages
     "shuffle(n), webdataset's": (lambda urls: samples(urls).shuffle(5, initial=3), resumes),
     "shuffle(n) before the reader": (
         lambda urls: reader(wds.ShardList(urls).shuffle(4).sharding_filter()),

@@ -1,4 +1,4 @@
-"""The names torch and torchdata own, called webdataset's way (wdspipes/pipes/torch_names.py).
+"""The names torch and torchdata own, called webdataset's way (wdspipes/webdataset/torch_names.py).
 
 On a wdspipes stage, a call only webdataset's signature takes does what webdataset 1.0.2's does
 on the same items

@@ -1,5 +1,6 @@
 """webdataset's module paths (wdspipes/{tariterators,filters,utils,shardlists,autodecode,
-handlers,gopen}.py): each name against webdataset 1.0.2's, on the same data. A program's own
+handlers,gopen}.py, facades over wdspipes/webdataset/, the layer that holds webdataset's
+vocabulary): each name against webdataset 1.0.2's, on the same data. A program's own
 reader built from ``tariterators`` functions, a webdataset-style grouper of either generation,
 ``PipelineStage`` subclasses and ``pipelinefilter`` functions run and compose with wdspipes'
 stages; the names wdspipes does not provide say what to use instead."""
@@ -10,6 +11,7 @@ import contextlib
 import importlib
 import inspect
 import io
+import pickle
 import random
 import re
 import types
@@ -24,7 +26,9 @@ from torch.utils.data.datapipes.iter import IterableWrapper
 
 import wdspipes as wds
 from wdspipes import autodecode, filters, handlers, shardlists, tariterators, utils
-from wdspipes.core.curried import Curried
+from wdspipes.core.curried import Curried, is_stage_factory
+from wdspipes.core.protocol import functional_names
+from wdspipes.webdataset.stages import CurriedName
 
 gopen_module = importlib.import_module("wdspipes.gopen")  # wdspipes.gopen is the function
 
@@ -83,10 +87,23 @@ def test_the_page_lists_every_name() -> None:
     sections = dict(re.findall(r"\n## `webdataset\.(\w+)`\n(.*?)(?=\n## |\Z)", page, re.S))
     assert sorted(sections) == sorted(MODULES)
     for name in MODULES:
-        module = importlib.import_module(f"wdspipes.{name}")
+        module = importlib.import_module(f"wdspipes.webdataset.{name}")
         listed = set(re.findall(r"`(\w+)[`(]", sections[name]))
-        unlisted = (set(module.__all__) | set(getattr(module, "_MISSING", ()))) - listed
+        unlisted = (set(module.__all__) | set(getattr(module, "MISSING", ()))) - listed
         assert not unlisted, f"webdataset.{name}: {sorted(unlisted)}"
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_each_module_path_is_a_facade_over_the_layer(name: str) -> None:
+    """``wdspipes.X`` holds the names of ``wdspipes.webdataset.X``, the same objects, and says
+    what to use for the names it does not provide as the layer does."""
+    facade = importlib.import_module(f"wdspipes.{name}")
+    layer = importlib.import_module(f"wdspipes.webdataset.{name}")
+    assert facade.__all__ == layer.__all__
+    assert all(getattr(facade, each) is getattr(layer, each) for each in layer.__all__)
+    for missing in getattr(layer, "MISSING", ()):
+        with pytest.raises(AttributeError, match=f"webdataset.{name}.{missing} has no"):
+            getattr(facade, missing)
 
 
 def test_top_level_names_of_webdatasets() -> None:
@@ -158,6 +175,50 @@ def test_names_not_provided_say_what_to_use(module: str, name: str, advice: str)
         getattr(importlib.import_module(f"wdspipes.{module}"), name)
     with pytest.raises(AttributeError, match="has no attribute 'nothing_such'"):
         getattr(importlib.import_module(f"wdspipes.{module}"), "nothing_" + "such")
+
+
+# --- the curried names of DataPipeline ------------------------------------------------------
+
+FROM_THE_TABLE = ["decode", "to_tuple", "map_tuple", "map_dict", "rename", "select"]
+FROM_THE_TABLE += ["batched", "unbatched", "with_epoch", "with_length"]
+"""webdataset's curried names that are a stage's functional name, with its arguments."""
+
+
+@pytest.mark.parametrize("name", FROM_THE_TABLE)
+def test_a_curried_name_of_a_stages_name_is_made_from_the_table(name: str) -> None:
+    """``wds.<name>`` is the table's stage waiting for its source: the stage's signature
+    without the source, its docstring, and ``Curried(stage, *args, **kwargs)``."""
+    curried, stage = getattr(wds, name), functional_names()[name]
+    assert isinstance(curried, CurriedName) and curried.stage is stage and is_stage_factory(curried)
+    assert curried.__doc__ == stage.__doc__ and curried.__name__ == name
+    arguments = list(inspect.signature(stage.__init__).parameters)[2:]  # not self, the source
+    assert list(inspect.signature(curried).parameters) == arguments
+    assert name not in filters.__all__ or getattr(filters, name) is curried
+    assert pickle.loads(pickle.dumps(curried)).stage is stage
+
+
+def test_every_curried_name_that_is_a_functional_name_is_the_tables() -> None:
+    top = {name for name in wds.__all__ if is_stage_factory(getattr(wds, name))}
+    assert top & set(functional_names()) == set(FROM_THE_TABLE)
+
+
+def test_curried_names_build_what_the_functional_names_build() -> None:
+    samples = [{"__key__": f"{n}", "cls": b"%d" % n, "txt": b"t"} for n in range(5)]
+    chained = IterableWrapper(samples).decode().rename(label="cls").to_tuple("label", "txt")
+    chained = chained.batched(2, collation_fn=None).unbatched().with_epoch(4)
+    stages = [wds.decode(), wds.rename(label="cls"), wds.to_tuple("label", "txt")]
+    stages += [wds.batched(2, collation_fn=None), wds.unbatched, wds.with_epoch(4)]
+    curried = wds.DataPipeline(IterableWrapper(samples), *stages)
+    assert list(curried) == list(chained) == [(n, "t") for n in range(4)]
+    assert [type(stage).__name__ for stage in (curried, chained)] == ["EpochLimiter"] * 2
+    assert repr(wds.batched(2, collation_fn=None)) == "Batcher(2, collation_fn=None)"
+
+
+def test_a_curried_name_checks_its_arguments_as_it_is_called() -> None:
+    with pytest.raises(TypeError, match=r"to_tuple\(\): got an unexpected keyword argument 'x'"):
+        wds.to_tuple("cls", x=1)
+    with pytest.raises(TypeError, match=r"with_epoch\(\): missing a required argument"):
+        wds.with_epoch()
 
 
 # --- tariterators ---------------------------------------------------------------------------

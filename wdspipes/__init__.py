@@ -28,10 +28,13 @@ above them; ``errors`` is the one hierarchy every folder raises and users catch.
 split among ranks and workers. docs/guide/layout.md lists every module and where each stage
 is.
 
-webdataset's module paths hold the names programs import from them: ``wdspipes.shardlists``,
-``wdspipes.tariterators``, ``wdspipes.filters``, ``wdspipes.utils``, ``wdspipes.autodecode``,
-``wdspipes.handlers`` and ``wdspipes.gopen`` are attributes of the package, as in webdataset
-(``wds.gopen`` is the function); see docs/webdataset-modules.md.
+webdataset's vocabulary is one layer on top, ``webdataset`` (its curried names for
+``DataPipeline``, its calls of torch's names, its shard lists, mixers and loader, and the
+modules behind its module paths), and nothing below it knows webdataset. Its module paths
+hold the names programs import from them: ``wdspipes.shardlists``, ``wdspipes.tariterators``,
+``wdspipes.filters``, ``wdspipes.utils``, ``wdspipes.autodecode``, ``wdspipes.handlers`` and
+``wdspipes.gopen`` are facades over the layer's modules, and attributes of the package, as in
+webdataset (``wds.gopen`` is the function); see docs/webdataset-modules.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Every public name of wdspipes, loaded: importing this module loads torch and registers
-every stage's functional name on ``IterDataPipe``.
+every stage's functional name on ``IterDataPipe``. ``import wdspipes`` imports it (but in the
+``wdspipes`` command's process: see :mod:`wdspipes`); ``wdspipes.X`` is ``wdspipes.api.X`` for
+every name here.
 
-``import wdspipes`` alone loads none of it, so that the ``wdspipes`` command starts without
-torch; the package loads this module the first time a program uses one of its names, or torch
-(see :mod:`wdspipes.core.loading`). ``wdspipes.X`` is ``wdspipes.api.X`` for every name here.
+webdataset's names come from its layer, :mod:`wdspipes.webdataset`, never from the facades at
+webdataset's module paths (``wdspipes.filters``, ...), which import the layer too.
 """
 
 from wdspipes.core.distributed import ShardSplitError, full_sync
@@ -42,8 +43,6 @@ from wdspipes.errors import (
     warn_and_continue,
     warn_and_stop,
 )
-from wdspipes.filters import getfirst, pipelinefilter
-from wdspipes.gopen import gopen
 from wdspipes.io import ShardStream, open_url, shard_url
 from wdspipes.io.readahead import ReadAhead, ReadStats
 from wdspipes.loaders.compat import fix_dataloader2, mend_stateful_dataloader
@@ -55,51 +54,39 @@ from wdspipes.pipeline import (
     IteratorStage,
     PipelineStage,
     WebDataset,
-    WebLoader,
-    tarfile_to_samples,
 )
-from wdspipes.pipes.read import (
-    CborLoader,
-    MsgpackLoader,
-    ResampledShards,
-    SampleGrouper,
-    ShardClaimer,
-    ShardList,
-    ShardLister,
-    ShardOpener,
-    ShardResampler,
-    SimpleShardList,
-    TarLoader,
-    split_by_node,
-    split_by_worker,
-)
-from wdspipes.pipes.samples import (
+from wdspipes.pipes import (
     Batcher,
     BufferShuffler,
+    CborLoader,
     EpochLimiter,
     EpochRepeater,
     FieldMapper,
     Interleaver,
     ItemSlicer,
     LengthSetter,
+    MsgpackLoader,
     RandomInterleaver,
-    RandomMix,
     Renamer,
-    RoundRobin,
     SampleDecoder,
+    SampleGrouper,
     SampleMapper,
     SampleSelector,
+    ShardClaimer,
+    ShardList,
+    ShardLister,
+    ShardOpener,
+    ShardResampler,
+    TarLoader,
     TupleMaker,
     TupleMapper,
     Unbatcher,
 )
-from wdspipes.read.directory import DirectoryShardList
 from wdspipes.read.random_access import IndexReader, SamplerIndices, ShardListDataset, wids_sample
 from wdspipes.read.samplers import ChunkedSampler, DistributedChunkedSampler, ShardedSampler
 from wdspipes.read.specs import expand_urls
-from wdspipes.read.stream_shards import cbors_to_samples, msgpack_to_samples
 from wdspipes.read.walk import TarMember, iter_tar
-from wdspipes.samples.batch import SampleList, batched, collate, unbatched
+from wdspipes.samples.batch import SampleList, collate
 from wdspipes.samples.decoders import (
     Continue,
     DataLimitError,
@@ -109,25 +96,44 @@ from wdspipes.samples.decoders import (
     ImageTooLargeError,
     RandomResizedCrop,
     UntrustedDataError,
-    decode,
     handle_extension,
 )
-from wdspipes.samples.epochs import (
-    repeat,
-    with_epoch,
-    with_length,
+from wdspipes.webdataset.compat import WebLoader
+from wdspipes.webdataset.filters import getfirst, pipelinefilter
+from wdspipes.webdataset.gopen import gopen
+from wdspipes.webdataset.mix import RandomMix, RoundRobin
+from wdspipes.webdataset.shardlists import (
+    DirectoryShardList,
+    ResampledShards,
+    SimpleShardList,
+    split_by_node,
+    split_by_worker,
 )
-from wdspipes.samples.fields import (
+from wdspipes.webdataset.stages import (
+    batched,
+    cbors_to_samples,
+    decode,
+    detshuffle,
     map,
     map_dict,
     map_tuple,
+    msgpack_to_samples,
     rename,
+    repeat,
     select,
+    shuffle,
     slice,
     to_tuple,
+    unbatched,
+    with_epoch,
+    with_length,
 )
-from wdspipes.samples.shuffle import detshuffle, shuffle
-from wdspipes.tariterators import group_by_keys, tar_file_expander, url_opener
+from wdspipes.webdataset.tariterators import (
+    group_by_keys,
+    tar_file_expander,
+    tarfile_to_samples,
+    url_opener,
+)
 from wdspipes.write import SampleEncoder, ShardWriter, TarWriter, encode_value
 from wdspipes.write.stream_shards import CborWriter, MsgpackWriter
 

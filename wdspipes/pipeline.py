@@ -1,8 +1,13 @@
-"""Composition: ``DataPipeline(...)``, ``tarfile_to_samples()``, ``WebDataset(...)`` and
-``WebLoader(...)``.
+"""Composition: ``DataPipeline(...)`` and ``WebDataset(...)``, two of the three equal ways to
+build a pipeline (the third is chaining functional names on a DataPipe).
 
-All four build ordinary DataPipe graphs, the same objects functional chaining builds, so the
-result runs under DataLoader2 (any reading service), plain DataLoader, or a ``for`` loop.
+Both build ordinary DataPipe graphs, the same objects functional chaining builds, so the
+result runs under DataLoader2 (any reading service), plain DataLoader, StatefulDataLoader, or a
+``for`` loop. ``DataPipeline`` takes the curried stages of webdataset's vocabulary
+(``wds.decode(...)``, ``wds.shuffle(1000)``, ``wds.split_by_worker``, ...: see
+:mod:`wdspipes.webdataset`, the layer on top that defines them), and any stage of one's own: a
+:class:`PipelineStage` (as in ``webdataset.pipeline``), a function of an iterator, a DataPipe
+class, a :class:`~wdspipes.core.curried.Curried`.
 """
 
 from __future__ import annotations
@@ -15,8 +20,8 @@ from torch.utils.data import DataLoader, IterableDataset, IterDataPipe
 from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
 from wdspipes.core.context import EpochContext
-from wdspipes.core.curried import Curried, is_stage_factory, stage_factory
-from wdspipes.core.engine import declares_per_worker
+from wdspipes.core.curried import Curried, is_stage_factory
+from wdspipes.core.engine import declares_per_worker, upstream_of
 from wdspipes.core.protocol import Epoch, Resumes
 from wdspipes.core.stage import Sample, Stage
 from wdspipes.errors import Handler, ResumeError, reraise_exception
@@ -24,7 +29,7 @@ from wdspipes.io import ShardItem
 from wdspipes.io.cache import DEFAULT_CACHE_SIZE, CacheDir, StorageOptions, opener_options
 from wdspipes.io.pipe import Commands
 from wdspipes.io.readahead import ReadAhead
-from wdspipes.pipes.read import ShardList, ShardSplit
+from wdspipes.pipes.read import ShardList
 from wdspipes.read.grouping import SampleGrouper
 from wdspipes.read.opener import ShardOpener
 from wdspipes.read.shards import ShardResampler
@@ -38,9 +43,9 @@ __all__ = [
     "IterableSource",
     "IteratorStage",
     "PipelineStage",
+    "ShardSplit",
     "WebDataset",
-    "WebLoader",
-    "tarfile_to_samples",
+    "read_tar_samples",
 ]
 
 
@@ -215,49 +220,45 @@ class SourceEpoch(Epoch[Any]):
             )
 
 
-class WebLoader(IterableSource):
-    """webdataset's ``WebLoader``: a torch ``DataLoader(*args, **kwargs)`` on which further
-    stages chain, run in the process that iterates it.
+class ShardSplit:
+    """Where a ``DataPipeline`` splits its shards among ranks and workers: webdataset's
+    ``split_by_node`` and ``split_by_worker`` are two of these (see
+    :mod:`wdspipes.webdataset.shardlists`).
 
-    Its use is to mix samples across worker processes: batch small in the workers, then
-    ``WebLoader(pipe, batch_size=None, num_workers=4).unbatched().shuffle(1000).batched(64)``
-    (``.shuffle(1000)`` is ``.buffer_shuffle(1000)``: see :mod:`wdspipes.pipes.torch_names`).
-    Every functional stage chains on it, as on any DataPipe (``unbatched``, ``batched``,
-    ``map_samples``, ``to_tuple``, ``with_epoch``, ``with_length``, ...). The pipeline it
-    ends cannot save its state (a :class:`~wdspipes.errors.ResumeError` says so).
+    In ``DataPipeline(...)``, the first of them becomes the pipeline's one core
+    ``sharding_filter``: DataLoader2 and plain DataLoader then give each rank and each worker
+    its own shards. Called on a DataPipe, a split returns ``source.sharding_filter()``. Where
+    the source is split already (``ResampledShards`` ends in a sharding filter), it changes
+    nothing: two filters on one branch would make the loaders fail with "Sharding twice".
 
-    The loader collates (or, with ``batch_size=None``, converts) as torch's DataLoader does:
-    a tuple of columns becomes a list of them, which ``unbatched`` reads as columns, as
-    webdataset's does. As in webdataset, its ``shuffle=False`` leaves the pipeline's shuffles
-    on (see :meth:`~wdspipes.samples.shuffle.BufferShuffler.set_shuffle`).
-
-    Args:
-        *args: the arguments of ``torch.utils.data.DataLoader``: the dataset first (a
-            wdspipes pipeline; ``batch_size=None`` where it batches itself).
-        **kwargs: the same.
-
-    Attributes:
-        loader: the ``DataLoader``.
-
-    >>> import wdspipes as wds
-    >>> from torch.utils.data.datapipes.iter import IterableWrapper
-    >>> pipe = IterableWrapper([(n, n % 3) for n in range(10)]).batched(4)
-    >>> loader = wds.WebLoader(pipe, batch_size=None).unbatched().shuffle(5).batched(5)
-    >>> [len(numbers) for numbers, _ in loader]
-    [5, 5]
-    >>> sorted(n for numbers, _ in loader for n in numbers.tolist())
-    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    >>> split = ShardSplit("split_here")
+    >>> once = split(ShardList(["a.tar", "b.tar"]))
+    >>> type(once).__name__, split(once) is once, split
+    ('ShardingFilterIterDataPipe', True, split_here)
     """
 
-    def __new__(cls, /, *args: Any, **kwargs: Any) -> Any:
-        return object.__new__(cls.DataPipe)  # a DataPipe, on which stages chain
+    def __init__(self, name: str) -> None:
+        self.name = name
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(DataLoader(*args, **kwargs))
+    def __call__(self, source: IterDataPipe[Any]) -> IterDataPipe[Any]:
+        if not isinstance(source, IterDataPipe):
+            raise TypeError(
+                f"{self.name} splits an IterDataPipe of shard URLs; got {type(source).__name__}"
+            )
+        if _is_split(source):
+            return source
+        return ShardingFilterIterDataPipe(source)
 
-    @property
-    def loader(self) -> DataLoader[Any]:
-        return cast(DataLoader[Any], self.source)
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _is_split(datapipe: IterDataPipe[Any]) -> bool:
+    """Whether ``datapipe`` is, or reads from, a core sharding filter."""
+    return any(
+        isinstance(stage, ShardingFilterIterDataPipe)
+        for stage in (datapipe, *upstream_of(datapipe))
+    )
 
 
 def DataPipeline(*stages: Any) -> IterDataPipe[Any]:
@@ -265,7 +266,7 @@ def DataPipeline(*stages: Any) -> IterDataPipe[Any]:
 
     The first stage is the source: an IterDataPipe; a shard spec (a string or a list of URLs,
     read through :class:`~wdspipes.read.shards.ShardList`); or, as in webdataset, any other
-    iterable (a ``DataLoader``, a :class:`WebLoader`, ...), iterated each epoch, or a function
+    iterable (a ``DataLoader``, webdataset's ``WebLoader``, ...), iterated each epoch, or a function
     returning one, called each epoch (see :class:`IterableSource`). Each later stage is one
     of:
 
@@ -357,7 +358,7 @@ def _apply(stage: Any, pipe: IterDataPipe[Any], position: int) -> IterDataPipe[A
     return result
 
 
-def _tarfile_to_samples(
+def read_tar_samples(
     source: IterDataPipe[ShardItem],
     handler: Handler,
     ignore_zeros: bool = False,
@@ -365,46 +366,19 @@ def _tarfile_to_samples(
     max_member_size: int = MAX_MEMBER_SIZE,
     **options: Any,
 ) -> IterDataPipe[Sample]:
+    """Shard items of ``source`` to samples: ``open_shards().load_tar().group_samples()``, one
+    ``handler`` for all; ``ignore_zeros``, ``strict_end`` and ``max_member_size`` for the tar
+    loader (see :class:`~wdspipes.read.tar.TarLoader`), ``options`` for the opener (see
+    :class:`~wdspipes.read.opener.ShardOpener`). ``WebDataset`` reads through it, and so does
+    webdataset's ``tarfile_to_samples()`` in ``DataPipeline(...)``.
+
+    >>> type(read_tar_samples(ShardList("a.tar"), reraise_exception)).__name__
+    'SampleGrouper'
+    """
     opener = ShardOpener(source, handler=handler, **options)
     walk = {"ignore_zeros": ignore_zeros, "strict_end": strict_end}
     loader = TarLoader(opener, handler=handler, max_member_size=max_member_size, **walk)
     return cast(IterDataPipe[Sample], SampleGrouper(loader, handler=handler))
-
-
-@stage_factory
-def tarfile_to_samples(
-    handler: Handler = reraise_exception,
-    *,
-    cache_dir: CacheDir | None = None,
-    cache_size: int | None = DEFAULT_CACHE_SIZE,
-    storage_options: StorageOptions | None = None,
-    ignore_zeros: bool = False,
-    strict_end: bool = False,
-    commands: Commands | None = None,
-    max_member_size: int = MAX_MEMBER_SIZE,
-    readahead: ReadAhead | bool = True,
-) -> Curried:
-    """Shard URLs to samples: ``open_shards().load_tar().group_samples()``, one handler for all.
-
-    ``cache_dir``, ``cache_size``, ``storage_options``, ``commands`` and ``readahead`` go to
-    the opener (see :class:`~wdspipes.read.opener.ShardOpener`): with a ``cache_dir``, remote
-    shards are cached there and samples carry ``__local_path__``; ``readahead=False`` turns
-    read-ahead off. ``ignore_zeros``, ``strict_end`` and ``max_member_size`` go to the tar
-    loader (see :class:`~wdspipes.read.tar.TarLoader`): read on past zero blocks, as in
-    archives joined with ``cat``; refuse a shard without its end-of-archive marker; the most
-    bytes a member may declare.
-
-    >>> tarfile_to_samples()
-    _tarfile_to_samples(handler=<function reraise_exception at ...>)
-    """
-    options = opener_options(cache_dir, cache_size, storage_options, commands, readahead)
-    if ignore_zeros:
-        options["ignore_zeros"] = True
-    if strict_end:
-        options["strict_end"] = True
-    if max_member_size != MAX_MEMBER_SIZE:
-        options["max_member_size"] = max_member_size
-    return Curried(_tarfile_to_samples, handler=handler, **options)
 
 
 def WebDataset(
@@ -497,7 +471,7 @@ def WebDataset(
         shards = cast(IterDataPipe[ShardItem], shuffled)
     options = opener_options(cache_dir, cache_size, storage_options, commands, readahead)
     options["local_path"] = True  # as webdataset's WebDataset, which tarfile_to_samples is not
-    return _tarfile_to_samples(
+    return read_tar_samples(
         ShardingFilterIterDataPipe(shards),
         handler,
         ignore_zeros=ignore_zeros,

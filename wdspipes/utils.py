@@ -1,82 +1,8 @@
-"""webdataset's ``webdataset.utils`` module path: ``PipelineStage``, the base of stages of
-your own, and the rank and worker a program's own stages seed from. No torch is loaded for
-them: ``pytorch_worker_info`` asks torch only where a program loaded it (no worker and no
-process group exist otherwise).
+"""webdataset's ``webdataset.utils`` module path, where programs import its names from: a
+facade over :mod:`wdspipes.webdataset.utils`, which holds them (see
+docs/webdataset-modules.md). A name of webdataset's that wdspipes does not provide is an
+``AttributeError`` saying what to use instead."""
 
->>> pytorch_worker_info(), pytorch_worker_seed()
-((0, 1, 0, 1), 0)
-"""
-
-from __future__ import annotations
-
-import os
-import sys
-from typing import TYPE_CHECKING, Any
-
-from wdspipes.core.loading import compat_name
-
-if TYPE_CHECKING:
-    from wdspipes.pipeline import PipelineStage
-
-__all__ = ["PipelineStage", "identity", "pytorch_worker_info", "pytorch_worker_seed"]
-
-
-def pytorch_worker_info(group: Any = None) -> tuple[int, int, int, int]:
-    """``(rank, world_size, worker, num_workers)``, as webdataset's: from the ``RANK`` and
-    ``WORLD_SIZE`` environment variables (read now), else torch's process group (``group``,
-    or the whole world); from ``WORKER`` and ``NUM_WORKERS``, else torch's DataLoader worker
-    info. DataLoader2's workers are not torch DataLoader workers: each says 0 of 1 (wdspipes'
-    stages tell its readers apart through the sharding filter instead).
-    """
-    rank, world_size, worker, num_workers = 0, 1, 0, 1
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    elif "torch.distributed" in sys.modules:
-        dist = sys.modules["torch.distributed"]
-        if dist.is_available() and dist.is_initialized():
-            group = group or dist.group.WORLD
-            rank, world_size = dist.get_rank(group=group), dist.get_world_size(group=group)
-    if "WORKER" in os.environ and "NUM_WORKERS" in os.environ:
-        worker, num_workers = int(os.environ["WORKER"]), int(os.environ["NUM_WORKERS"])
-    elif "torch.utils.data" in sys.modules:
-        info = sys.modules["torch.utils.data"].get_worker_info()
-        if info is not None:
-            worker, num_workers = info.id, info.num_workers
-    return rank, world_size, worker, num_workers
-
-
-def pytorch_worker_seed(group: Any = None) -> int:
-    """``rank * 1000 + worker``, as webdataset's: a seed that differs per worker and rank and
-    stays the same from run to run (see :func:`pytorch_worker_info`)."""
-    rank, _, worker, _ = pytorch_worker_info(group=group)
-    return rank * 1000 + worker
-
-
-def identity(x: Any) -> Any:
-    """``x`` itself."""
-    return x
-
-
-_LAZY = {"PipelineStage": "wdspipes.pipeline"}
-_MISSING = {
-    "make_seed": "it hashes strings, which Python salts per process; seed with an int "
-    "(the seed= of wdspipes' random stages)",
-    "repeatedly": "repeat_epochs(nepochs) in the pipeline (None: without end)",
-    "repeatedly0": "repeat_epochs(nepochs) in the pipeline (None: without end)",
-    "is_iterable": "isinstance(obj, collections.abc.Iterable)",
-    "lookup_sym": "importlib.import_module",
-    "safe_eval": "nothing: shard specs are not evaluated",
-    "glob_with_braces": "wdspipes.expand_urls, then glob.glob on each",
-    "fnmatch_with_braces": "wdspipes.expand_urls, then fnmatch on each",
-    "guess_batchsize": "len() of a batch's first column",
-    "compute_sample_weights": "RandomMix(datasets, probs=...)",
-    "deprecated": "nothing",
-    "obsolete": "nothing",
-    "enforce_security": "nothing: data never runs a command, and pickles decode only with "
-    "decode(..., trusted=True)",
-    "ObsoleteException": "nothing",
-}
-
-
-def __getattr__(name: str) -> Any:
-    return compat_name(__name__, name, _LAZY, _MISSING)
+from wdspipes.webdataset.utils import *  # noqa: F403
+from wdspipes.webdataset.utils import __all__ as __all__
+from wdspipes.webdataset.utils import __getattr__ as __getattr__

@@ -39,16 +39,17 @@ _CALLS: dict[str, Any] = {}
 def webdataset_call(name: str, call: Any) -> None:
     """Have ``stage.<name>(...)`` on every wdspipes stage run ``call(stage, *args, **kwargs)``:
     for the names torch and torchdata own that webdataset's fluid interface calls its own way
-    (``shuffle``, ``map``, ``slice``, ``repeat``; see :mod:`wdspipes.pipes.torch_names`,
-    which sets them). On torch's own DataPipes the names stay torch's.
+    (``shuffle``, ``map``, ``slice``, ``repeat``; see :mod:`wdspipes.webdataset.torch_names`,
+    which sets them: webdataset's layer, on top, which ``import wdspipes`` loads). On torch's
+    own DataPipes the names stay torch's.
     """
     _CALLS[name] = call
 
 
 def _webdataset_call(name: str, stage: IterDataPipe[Any], args: Any, kwargs: Any) -> Any:
     call = _CALLS.get(name)
-    if call is None:  # no module of wdspipes.pipes imported: a stage made by hand
-        raise RuntimeError(f"webdataset's .{name} is not set up: import wdspipes.pipes")
+    if call is None:  # the command's process, which loads no more than it needs
+        raise RuntimeError(f"webdataset's .{name} is not set up: import wdspipes.webdataset")
     return call(stage, *args, **kwargs)
 
 
@@ -83,7 +84,7 @@ class StageDataPipe(IterDataPipe[T_co]):
     _is_child_datapipe = False
 
     # webdataset's calls of the names torch and torchdata own: methods of wdspipes' stages, so
-    # that torch's own DataPipes keep torch's meanings (see wdspipes.pipes.torch_names)
+    # that torch's own DataPipes keep torch's meanings (see wdspipes.webdataset.torch_names)
 
     def shuffle(self, *args: Any, **kwargs: Any) -> IterDataPipe[Any]:
         """``.shuffle(n, initial=..., seed=...)`` is webdataset's shuffle buffer

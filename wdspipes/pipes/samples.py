@@ -17,9 +17,7 @@ __all__ = [
     "ItemSlicer",
     "LengthSetter",
     "RandomInterleaver",
-    "RandomMix",
     "Renamer",
-    "RoundRobin",
     "SampleDecoder",
     "SampleMapper",
     "SampleSelector",
@@ -43,7 +41,5 @@ SampleDecoder = decoder.SampleDecoder.DataPipe
 Batcher = batch.Batcher.DataPipe
 Unbatcher = batch.Unbatcher.DataPipe
 Interleaver = mix.Interleaver.DataPipe
-RoundRobin = mix.RoundRobin.DataPipe
 RandomInterleaver = mix.RandomInterleaver.DataPipe
-RandomMix = mix.RandomMix.DataPipe
 ItemPrefetcher = prefetch.ItemPrefetcher.DataPipe

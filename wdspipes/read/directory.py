@@ -39,7 +39,7 @@ from wdspipes.core.protocol import register, stage_name
 from wdspipes.core.stage import Stage
 from wdspipes.errors import ResumeError
 
-__all__ = ["DirectoryShardList", "ShardClaimer"]
+__all__ = ["ShardClaimer"]
 
 MODES = ("resample", "keep", "unlink")
 SELECTS = ("random", "oldest")
@@ -193,35 +193,3 @@ def _modified(path: str) -> float:
         return os.stat(path).st_mtime
     except FileNotFoundError:  # claimed meanwhile: the rename will say so
         return float("inf")
-
-
-def DirectoryShardList(
-    path: str,
-    pattern: str = "*.{tar,tgz,tar.tgz}",
-    poll: float | None = 1,
-    timeout: float = 1e12,
-    mode: str = "resample",
-    select: str = "random",
-    fate: object = None,
-) -> ShardClaimer:
-    """webdataset's ``DirectoryShardList(path, ...)``: the shards claimed from directory
-    ``path`` (``claim_shards`` on it, its DataPipe where torch is loaded; see
-    :class:`ShardClaimer` for the arguments), yielded as webdataset's are, ``{"url": path}``.
-    Unlike webdataset's, the default pattern's ``{tar,tgz,tar.tgz}`` alternatives are
-    expanded (see the module for the other differences).
-
-    Raises:
-        NotADirectoryError: ``path`` is not a directory.
-    """
-    if not os.path.isdir(path):
-        raise NotADirectoryError(f"DirectoryShardList: {path!r} is not a directory")
-    claimer: type[ShardClaimer] = ShardClaimer.DataPipe
-    return claimer(
-        [path],
-        pattern=pattern,
-        poll=poll,
-        timeout=timeout,
-        mode=mode,
-        select=select,
-        fate=fate,
-    )

@@ -12,7 +12,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from wdspipes.core.context import EpochContext
-from wdspipes.core.curried import Curried, stage_factory
 from wdspipes.core.names import is_meta, split_name
 from wdspipes.core.protocol import register
 from wdspipes.core.stage import Sample
@@ -32,7 +31,7 @@ from wdspipes.read.shards import ShardList
 from wdspipes.read.tar import TarEpoch, TarLoader
 from wdspipes.read.walk import Member, TarMember, TarWalk
 
-__all__ = ["GroupEpoch", "SampleGrouper", "group_by_keys", "tar_samples"]
+__all__ = ["GroupEpoch", "SampleGrouper", "tar_samples"]
 
 
 @register("group_samples")
@@ -282,12 +281,6 @@ def tar_samples(
     """
     opened = ShardOpener(ShardList(list(urls)), handler=handler)
     return SampleGrouper(TarLoader(opened, handler=handler, ignore_zeros=ignore_zeros), handler)
-
-
-@stage_factory
-def group_by_keys(handler: Handler = reraise_exception) -> Curried:
-    """The grouper stage for ``DataPipeline(...)``: ``group_samples(handler=handler)``."""
-    return Curried(SampleGrouper, handler=handler)
 
 
 def _quiet_walk(stream: ByteStream, url: str, start: int, options: dict[str, Any]) -> Any:

@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from wdspipes.core.context import EpochContext, ShardLog
-from wdspipes.core.curried import Curried, stage_factory
 from wdspipes.core.distributed import check_split, warn_idle_reader
 from wdspipes.core.elastic import ShardSet, owned
 from wdspipes.core.protocol import AllReaders, Epoch, Resumes, register
@@ -29,7 +28,6 @@ from wdspipes.io.cache import (
     Located,
     ShardCache,
     StorageOptions,
-    opener_options,
 )
 from wdspipes.io.items import ShardItem, shard_url, url_check
 from wdspipes.io.local import reading_path
@@ -38,7 +36,7 @@ from wdspipes.io.readahead import Lookahead, Prefetcher, ReadAhead, ReadStats, r
 from wdspipes.io.urls import ByteStream, ShardStream, check_url, close_quietly, open_url
 from wdspipes.redaction import RedactedOptions, redact
 
-__all__ = ["ALL", "OpenEpoch", "OpenedShard", "ResumeTarget", "ShardOpener", "opened", "url_opener"]
+__all__ = ["ALL", "OpenEpoch", "OpenedShard", "ResumeTarget", "ShardOpener", "opened"]
 
 log = logging.getLogger(__name__)
 
@@ -468,22 +466,3 @@ class ResumeTarget:
             f"{saved[0]} shard URLs then, {opener.taken} were found now, with other names or "
             "order (a changed shard list, seed or split)"
         )
-
-
-@stage_factory
-def url_opener(
-    handler: Handler = reraise_exception,
-    *,
-    cache_dir: CacheDir | None = None,
-    cache_size: int | None = DEFAULT_CACHE_SIZE,
-    storage_options: StorageOptions | None = None,
-    commands: Commands | None = None,
-    readahead: ReadAhead | bool = True,
-) -> Curried:
-    """The opener stage for ``DataPipeline(...)``: ``open_shards(handler=handler, ...)``.
-
-    >>> url_opener(cache_dir="/tmp/shards")
-    ShardOpener(handler=<function reraise_exception at ...>, cache_dir='/tmp/shards')
-    """
-    options = opener_options(cache_dir, cache_size, storage_options, commands, readahead)
-    return Curried(ShardOpener, handler=handler, **options)

@@ -31,12 +31,11 @@ import cbor2
 import msgpack
 
 from wdspipes.core.context import EpochContext
-from wdspipes.core.curried import Curried, stage_factory
 from wdspipes.core.protocol import register
 from wdspipes.core.stage import Sample
 from wdspipes.errors import Handler, StreamFormatError, reraise_exception
 from wdspipes.io.urls import ByteStream, RawShard, discard
-from wdspipes.read.opener import OpenedShard, ShardOpener
+from wdspipes.read.opener import OpenedShard
 from wdspipes.read.positions import (
     END,
     Partials,
@@ -49,8 +48,6 @@ from wdspipes.read.positions import (
 __all__ = [
     "CborLoader",
     "MsgpackLoader",
-    "cbors_to_samples",
-    "msgpack_to_samples",
 ]
 
 CHUNK_SIZE = 1 << 16
@@ -308,23 +305,3 @@ class MsgpackLoader(StreamLoader):
 
     kind = "msgpack"
     items = staticmethod(_msgpack_items)
-
-
-def _cbors_to_samples(source: Iterable[str], handler: Handler) -> CborLoader:
-    return CborLoader(ShardOpener(source, handler=handler), handler=handler)
-
-
-def _msgpack_to_samples(source: Iterable[str], handler: Handler) -> MsgpackLoader:
-    return MsgpackLoader(ShardOpener(source, handler=handler), handler=handler)
-
-
-@stage_factory
-def cbors_to_samples(handler: Handler = reraise_exception) -> Curried:
-    """Shard URLs to samples from CBOR streams: ``open_shards().load_cbor()``, one handler."""
-    return Curried(_cbors_to_samples, handler=handler)
-
-
-@stage_factory
-def msgpack_to_samples(handler: Handler = reraise_exception) -> Curried:
-    """Shard URLs to samples from msgpack streams: ``open_shards().load_msgpack()``."""
-    return Curried(_msgpack_to_samples, handler=handler)

@@ -9,7 +9,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from wdspipes.core.context import EpochContext
-from wdspipes.core.curried import Curried, stage_factory
 from wdspipes.core.protocol import Epoch, Resumes, register
 from wdspipes.core.stage import Stage
 from wdspipes.errors import (
@@ -28,7 +27,7 @@ from wdspipes.read.walk import (
     warn_unmarked,
 )
 
-__all__ = ["TarEpoch", "TarLoader", "tar_file_expander"]
+__all__ = ["TarEpoch", "TarLoader"]
 
 
 @register("load_tar")
@@ -171,18 +170,3 @@ class TarEpoch(Epoch[TarMember]):
 
 FAILED: Member = ("", b"", -1, "")
 """The member :meth:`TarEpoch.members` yields, given a cursor, when a shard fails."""
-
-
-@stage_factory
-def tar_file_expander(
-    handler: Handler = reraise_exception,
-    *,
-    ignore_zeros: bool = False,
-    strict_end: bool = False,
-    max_member_size: int = MAX_MEMBER_SIZE,
-) -> Curried:
-    """The tar loader stage for ``DataPipeline(...)``: ``load_tar(handler=handler)``."""
-    options: dict[str, Any] = {"ignore_zeros": ignore_zeros, "strict_end": strict_end}
-    if max_member_size != MAX_MEMBER_SIZE:
-        options["max_member_size"] = max_member_size
-    return Curried(TarLoader, handler=handler, **options)

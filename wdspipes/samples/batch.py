@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from wdspipes.core.arguments import int_at_least
-from wdspipes.core.curried import Curried, stage_factory
 from wdspipes.core.protocol import Epoch, Resumes, register
 from wdspipes.core.stage import Stage
 from wdspipes.errors import CollationError, ResumeError, sample_location
@@ -39,7 +38,7 @@ from wdspipes.errors import CollationError, ResumeError, sample_location
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Batcher", "SampleList", "Unbatcher", "batched", "collate", "unbatch", "unbatched"]
+__all__ = ["Batcher", "SampleList", "Unbatcher", "collate", "unbatch"]
 
 Collate = Callable[[list[Any]], Any]
 
@@ -291,17 +290,3 @@ class UnbatchEpoch(Epoch[Any]):
                 "samples of it are still to come): save the state after the batch's last "
                 "sample, or shuffle and batch without unbatching"
             )
-
-
-@stage_factory
-def batched(
-    batchsize: int, collation_fn: Collate | None = collate, partial: bool = True
-) -> Curried:
-    """``batched(...)`` for ``DataPipeline(...)``."""
-    return Curried(Batcher, batchsize, collation_fn=collation_fn, partial=partial)
-
-
-@stage_factory
-def unbatched() -> Curried:
-    """``unbatched()`` for ``DataPipeline(...)``."""
-    return Curried(Unbatcher)

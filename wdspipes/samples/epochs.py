@@ -19,13 +19,12 @@ from typing import Any
 
 from wdspipes.core.arguments import int_at_least
 from wdspipes.core.context import PASS, REPEAT, EpochContext
-from wdspipes.core.curried import Curried, stage_factory
 from wdspipes.core.elastic import share_of
 from wdspipes.core.protocol import AllReaders, Epoch, Resumes, register
 from wdspipes.core.stage import Stage
 from wdspipes.errors import ResumeError
 
-__all__ = ["EpochLimiter", "EpochRepeater", "LengthSetter", "repeat", "with_epoch", "with_length"]
+__all__ = ["EpochLimiter", "EpochRepeater", "LengthSetter"]
 
 
 class _Epochs(Epoch[Any]):
@@ -250,21 +249,3 @@ class RepeatEpoch(_Epochs):
 
     def part(self) -> dict[str, Any]:
         return {"done": self.done}
-
-
-@stage_factory
-def with_epoch(nitems: int) -> Curried:
-    """``with_epoch(nitems)`` for ``DataPipeline(...)``."""
-    return Curried(EpochLimiter, nitems)
-
-
-@stage_factory
-def with_length(length: int) -> Curried:
-    """``with_length(length)`` for ``DataPipeline(...)``."""
-    return Curried(LengthSetter, length)
-
-
-@stage_factory
-def repeat(nepochs: int | None = None) -> Curried:
-    """``repeat_epochs(nepochs)`` for ``DataPipeline(...)``, under webdataset's name."""
-    return Curried(EpochRepeater, nepochs)

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from wdspipes.core.context import EpochContext
-from wdspipes.core.curried import Curried, stage_factory
 from wdspipes.core.protocol import AllReaders, Epoch, Resumes, register, stage_name, unshared
 from wdspipes.core.stage import Sample, Stage
 from wdspipes.errors import (
@@ -40,13 +39,6 @@ __all__ = [
     "SampleSelector",
     "TupleMaker",
     "TupleMapper",
-    "map",
-    "map_dict",
-    "map_tuple",
-    "rename",
-    "select",
-    "slice",
-    "to_tuple",
 ]
 
 
@@ -453,56 +445,3 @@ class SliceEpoch(Epoch[Any]):
 
     def part(self) -> dict[str, Any]:
         return {"position": self.position}
-
-
-@stage_factory
-def to_tuple(
-    *fields: str,
-    handler: Handler = reraise_exception,
-    missing_is_error: bool = True,
-    none_is_error: bool | None = None,
-) -> Curried:
-    """``to_tuple(...)`` for ``DataPipeline(...)``."""
-    return Curried(
-        TupleMaker,
-        *fields,
-        handler=handler,
-        missing_is_error=missing_is_error,
-        none_is_error=none_is_error,
-    )
-
-
-@stage_factory
-def map_tuple(*fns: Callable[[Any], Any] | None, handler: Handler = reraise_exception) -> Curried:
-    """``map_tuple(...)`` for ``DataPipeline(...)``."""
-    return Curried(TupleMapper, *fns, handler=handler)
-
-
-@stage_factory
-def map_dict(handler: Handler = reraise_exception, **fns: Callable[[Any], Any]) -> Curried:
-    """``map_dict(...)`` for ``DataPipeline(...)``."""
-    return Curried(FieldMapper, handler=handler, **fns)
-
-
-@stage_factory
-def rename(handler: Handler = reraise_exception, keep: bool = True, **renames: str) -> Curried:
-    """``rename(...)`` for ``DataPipeline(...)``."""
-    return Curried(Renamer, handler=handler, keep=keep, **renames)
-
-
-@stage_factory
-def select(predicate: Callable[[Any], Any]) -> Curried:
-    """``select(predicate)`` for ``DataPipeline(...)``."""
-    return Curried(SampleSelector, predicate)
-
-
-@stage_factory
-def map(fn: Callable[[Any], Any], handler: Handler = reraise_exception) -> Curried:
-    """``map_samples(fn)`` for ``DataPipeline(...)``, under webdataset's name ``map``."""
-    return Curried(SampleMapper, fn, handler=handler)
-
-
-@stage_factory
-def slice(*args: int | None) -> Curried:
-    """``islice(...)`` for ``DataPipeline(...)``, under webdataset's name ``slice``."""
-    return Curried(ItemSlicer, *args)

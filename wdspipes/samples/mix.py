@@ -42,7 +42,7 @@ from wdspipes.core.protocol import (
 from wdspipes.core.stage import Stage
 from wdspipes.samples.shuffle import Draws
 
-__all__ = ["Interleaver", "RandomInterleaver", "RandomMix", "RoundRobin"]
+__all__ = ["Interleaver", "RandomInterleaver"]
 
 T = TypeVar("T")
 _END: Any = object()
@@ -258,20 +258,6 @@ class TurnEpoch(MixEpoch[T]):
         self.place["turn"] = slot + 1  # type: ignore[index]
 
 
-class RoundRobin(Interleaver[T]):
-    """webdataset's ``RoundRobin(datasets, longest=False)``: ``interleave`` over a list of
-    datasets (see :class:`Interleaver`).
-
-    >>> list(RoundRobin([["a", "b", "c"], [1]], longest=True))
-    ['a', 1, 'b', 'c']
-    """
-
-    def __init__(self, datasets: Sequence[Iterable[T]], longest: bool = False) -> None:
-        if not datasets:
-            raise ValueError("RoundRobin needs at least one dataset")
-        super().__init__(*datasets, longest=longest)
-
-
 @register("interleave_randomly")
 class RandomInterleaver(_Mixer[T]):
     """Items of sources drawn at random (functional name: ``interleave_randomly``).
@@ -367,27 +353,6 @@ class DrawEpoch(MixEpoch[T]):
         if isinstance(state["place"], dict):
             state["place"]["draws"] = self.draws.count
         return state
-
-
-class RandomMix(RandomInterleaver[T]):
-    """webdataset's ``RandomMix(datasets, probs=None, longest=False)``: ``interleave_randomly``
-    over a list of datasets (see :class:`RandomInterleaver`), with ``seed`` as there.
-
-    >>> mixed = RandomMix([["a"] * 30, ["b"] * 10], probs=[3, 1], longest=True, seed=1)
-    >>> sorted(mixed) == ["a"] * 30 + ["b"] * 10
-    True
-    """
-
-    def __init__(
-        self,
-        datasets: Sequence[Iterable[T]],
-        probs: Sequence[float] | None = None,
-        longest: bool = False,
-        seed: int | None = None,
-    ) -> None:
-        if not datasets:
-            raise ValueError("RandomMix needs at least one dataset")
-        super().__init__(*datasets, probs=probs, longest=longest, seed=seed)
 
 
 def _weights(probs: Sequence[float] | None, count: int) -> list[float]:

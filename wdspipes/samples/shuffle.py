@@ -9,22 +9,9 @@ shuffles differently. As in webdataset, the loader's ``shuffle`` flag
 are the ones it switches.
 
 webdataset's ``shuffle(bufsize, initial, rng=random.Random(...))`` and ``detshuffle(bufsize,
-initial, seed, epoch)`` build the same stage: a generator given as ``rng`` gives the stage its
-seed once, as it is built (the stage draws from its seed and the epoch, so that its state can
-be saved), and ``epoch`` numbers the epoch before the first, as webdataset's counts up before
-each, or is a counter the program shares with its workers (webdataset's ``SharedEpoch``).
-
->>> import random
->>> from torch.utils.data.datapipes.iter import IterableWrapper
->>> first = detshuffle(5, seed=1, epoch=2)(IterableWrapper(range(10)))
->>> again = IterableWrapper(range(10)).buffer_shuffle(5, seed=1)
->>> again.set_epoch(3)
->>> list(first) == list(again)  # detshuffle(epoch=2) begins with epoch 3
-True
->>> a = shuffle(5, rng=random.Random(7))(IterableWrapper(range(10)))
->>> b = shuffle(5, rng=random.Random(7))(IterableWrapper(range(10)))
->>> list(a) == list(b)
-True
+initial, seed, epoch)`` build this stage (see :mod:`wdspipes.webdataset.stages`): a generator
+given as ``rng`` gives it its seed once (:func:`seed_from`), and ``epoch`` may be a counter the
+program shares with its workers (:class:`SharedEpoch`).
 """
 
 from __future__ import annotations
@@ -37,13 +24,12 @@ from typing import Any, Protocol, TypeVar
 
 from wdspipes.core.arguments import int_at_least
 from wdspipes.core.context import EpochContext, Place, SamplePlaces
-from wdspipes.core.curried import Curried, stage_factory
 from wdspipes.core.elastic import owned
 from wdspipes.core.protocol import AllReaders, Epoch, Resumes, register
 from wdspipes.core.stage import Stage
 from wdspipes.errors import ResumeError
 
-__all__ = ["BufferShuffler", "Draws", "SharedEpoch", "detshuffle", "seed_from", "shuffle"]
+__all__ = ["BufferShuffler", "Draws", "SharedEpoch", "seed_from"]
 
 T = TypeVar("T")
 
@@ -312,30 +298,3 @@ def seed_from(rng: random.Random | int | None, seed: int | None) -> int | None:
     if not callable(getattr(rng, "getrandbits", None)):
         raise TypeError(f"rng must be a random.Random, got {type(rng).__name__}")
     return int(rng.getrandbits(63))
-
-
-@stage_factory
-def shuffle(
-    bufsize: int = 1000,
-    initial: int = 100,
-    rng: random.Random | int | None = None,
-    seed: int | None = None,
-    handler: Any = None,  # taken and not used, as in webdataset
-) -> Curried:
-    """The shuffler stage for ``DataPipeline(...)``: ``buffer_shuffle(bufsize, initial, seed)``,
-    in webdataset's signature (``seed`` from a generator ``rng``, if given: see the module)."""
-    return Curried(BufferShuffler, bufsize=bufsize, initial=initial, seed=seed_from(rng, seed))
-
-
-@stage_factory
-def detshuffle(
-    bufsize: int = 1000,
-    initial: int = 100,
-    seed: int = 0,
-    epoch: int | SharedEpoch = -1,
-) -> Curried:
-    """webdataset's ``detshuffle``: ``buffer_shuffle(bufsize, initial, seed)`` whose first
-    epoch is ``epoch + 1`` (webdataset counts up before each epoch), or whose epoch is read
-    from a counter shared with the program (see the module)."""
-    first = epoch + 1 if isinstance(epoch, int) else epoch
-    return Curried(BufferShuffler, bufsize=bufsize, initial=initial, seed=seed, epoch=first)

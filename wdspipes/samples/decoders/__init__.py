@@ -13,7 +13,6 @@ from wdspipes.samples.decoders.decoder import (
     Decoder,
     ExtensionHandler,
     SampleDecoder,
-    decode,
     decode_field,
     handle_extension,
 )
@@ -46,7 +45,6 @@ __all__ = [
     "RandomResizedCrop",
     "SampleDecoder",
     "UntrustedDataError",
-    "decode",
     "decode_field",
     "gunzip",
     "handle_extension",

@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from wdspipes.core.context import EpochContext
-from wdspipes.core.curried import Curried, stage_factory
 from wdspipes.core.protocol import Resumes, register, stage_name
 from wdspipes.core.stage import Sample, Stage
 from wdspipes.errors import DecodeError, Handler, reraise_exception, sample_location
@@ -41,7 +40,6 @@ __all__ = [
     "Decoder",
     "ExtensionHandler",
     "SampleDecoder",
-    "decode",
     "decode_field",
     "handle_extension",
 ]
@@ -391,32 +389,3 @@ def _as_handler(handler: str | FieldHandler, position: int, max_pixels: int | No
             f"got {handler!r}"
         )
     return handler
-
-
-@stage_factory
-def decode(
-    *handlers: str | FieldHandler,
-    only: str | Iterable[str] | None = None,
-    partial: bool = False,
-    handler: Handler = reraise_exception,
-    trusted: bool = False,
-    seed: int | None = None,
-    max_size: int = MAX_DECODED_SIZE,
-    max_pixels: int | None = MAX_PIXELS,
-) -> Curried:
-    """The decoder stage for ``DataPipeline(...)``: ``decode(*handlers, ...)``."""
-    limits: dict[str, Any] = {}
-    if max_size != MAX_DECODED_SIZE:
-        limits["max_size"] = max_size
-    if max_pixels != MAX_PIXELS:
-        limits["max_pixels"] = max_pixels
-    return Curried(
-        SampleDecoder,
-        *handlers,
-        only=only,
-        partial=partial,
-        handler=handler,
-        trusted=trusted,
-        seed=seed,
-        **limits,
-    )

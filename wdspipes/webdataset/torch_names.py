@@ -214,6 +214,10 @@ def _calling(name: str) -> Callable[..., Any]:
 
 def install() -> None:
     """Make webdataset's calls of the names owned, on wdspipes' stages, follow the rule of the
-    module (torch's registry stays as torch and torchdata make it)."""
+    module (torch's registry stays as torch and torchdata make it). Done as the module is
+    imported, with the layer (:mod:`wdspipes.webdataset`), which ``import wdspipes`` loads."""
     for name in _CALLS:
         webdataset_call(name, _calling(name))
+
+
+install()
