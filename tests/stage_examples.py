@@ -19,6 +19,8 @@ from torch.utils.data.datapipes.iter import IterableWrapper
 
 import wdspipes as wds
 from wdspipes.core.protocol import functional_names
+from wdspipes.io import ShardStream
+from wdspipes.pipes import ShardClaimer
 
 SHARDS, PER_SHARD = 4, 3
 
@@ -56,7 +58,7 @@ def write_shards(directory: Path) -> list[str]:
 def comparable(item: Any) -> Any:
     """Items as plain data: an opened shard by its URL and its bytes (read while it is open),
     tensors as lists."""
-    if isinstance(item, wds.ShardStream):
+    if isinstance(item, ShardStream):
         return item.url, item.stream.read()
     if isinstance(item, torch.Tensor):
         return item.tolist()
@@ -119,7 +121,7 @@ class ShardQueue:
 
 def claimed(urls: list[str]) -> IterDataPipe[Any]:
     queue = ShardQueue(urls)
-    return wds.ShardClaimer(queue, pattern="*.tar", select="oldest", mode="keep", poll=None)
+    return ShardClaimer(queue, pattern="*.tar", select="oldest", mode="keep", poll=None)
 
 
 # Functional name -> (build an example pipeline from shard paths). Functions must be defined

@@ -25,6 +25,7 @@ from shardgen import BLOCK, make_tar, sample_members
 
 import wdspipes as wds
 from wdspipes.cli import cli
+from wdspipes.pipes import SampleGrouper
 from wdspipes.read.walk import iter_tar
 from wdspipes.tools.reshard import reshard
 
@@ -404,11 +405,11 @@ def no_collection() -> Iterator[None]:
         gc.enable()
 
 
-def _duplicate(tmp_path: Path) -> wds.SampleGrouper:
+def _duplicate(tmp_path: Path) -> SampleGrouper:
     return wds.WebDataset(write(tmp_path, "dup.tar", make_tar([("a.cls", b"1"), ("a.cls", b"2")])))
 
 
-def _truncated(tmp_path: Path) -> wds.SampleGrouper:
+def _truncated(tmp_path: Path) -> SampleGrouper:
     return wds.WebDataset(write(tmp_path, "cut.tar", GOOD[: 3 * 1024 + 100]))
 
 

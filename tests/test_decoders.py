@@ -42,6 +42,7 @@ from shardgen import Shards
 from torch.utils.data.datapipes.iter import IterableWrapper
 
 import wdspipes as wds
+from wdspipes.pipes import SampleDecoder
 from wdspipes.samples.decoders import IMAGE_SPECS, image_extensions, tenbin
 from wdspipes.samples.decoders.basic import BasicDecoder
 
@@ -926,7 +927,7 @@ def test_a_gz_field_over_max_size_is_a_decode_error() -> None:
     with pytest.raises(wds.DecodeError, match="EOFError"):
         decode_samples([{"__key__": "k", "txt.gz": gzip.compress(b"abc")[:-4]}])
     with pytest.raises(ValueError, match="max_size must be an int >= 1"):
-        wds.SampleDecoder(IterableWrapper([]), max_size=0)
+        SampleDecoder(IterableWrapper([]), max_size=0)
 
 
 def test_npz_members_over_max_size_are_a_decode_error() -> None:

@@ -12,6 +12,8 @@ from torch.utils.data.datapipes.iter import IterableWrapper
 import wdspipes as wds
 from wdspipes.core.names import is_meta, split_name
 from wdspipes.io import ShardStream
+from wdspipes.pipes import SampleGrouper
+from wdspipes.read.walk import TarMember
 
 # FORMAT.md section 3, verbatim.
 KEY_AND_FIELD = [
@@ -59,7 +61,7 @@ def test_meta_files(name: str, meta: bool) -> None:
     assert is_meta(name) is meta
 
 
-def members_pipe(shards: dict[str, list[tuple[str, bytes]]], fused: bool) -> wds.SampleGrouper:
+def members_pipe(shards: dict[str, list[tuple[str, bytes]]], fused: bool) -> SampleGrouper:
     """Members of in-memory shards, grouped: through a TarLoader (the fused path) or through a
     plain list of TarMember records."""
     if fused:
@@ -67,9 +69,7 @@ def members_pipe(shards: dict[str, list[tuple[str, bytes]]], fused: bool) -> wds
         return IterableWrapper(streams, deepcopy=False).load_tar().group_samples()
     records = []
     for url, members in shards.items():
-        records += [
-            wds.TarMember(name, data, 1024 * i, url) for i, (name, data) in enumerate(members)
-        ]
+        records += [TarMember(name, data, 1024 * i, url) for i, (name, data) in enumerate(members)]
     return IterableWrapper(records).group_samples()
 
 
@@ -167,8 +167,8 @@ def test_reserved_fields_are_duplicates(fused: bool, field: str) -> None:
 
 def test_group_by_keys_stage() -> None:
     stage = wds.group_by_keys(handler=wds.ignore_and_continue)
-    pipe = stage(IterableWrapper([wds.TarMember("0.a", b"1", 0, "s.tar")]))
-    assert isinstance(pipe, wds.SampleGrouper) and pipe.handler is wds.ignore_and_continue
+    pipe = stage(IterableWrapper([TarMember("0.a", b"1", 0, "s.tar")]))
+    assert isinstance(pipe, SampleGrouper) and pipe.handler is wds.ignore_and_continue
     assert list(pipe) == [{"__key__": "0", "__url__": "s.tar", "a": b"1"}]
 
 

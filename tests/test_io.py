@@ -18,6 +18,7 @@ from shardgen import make_tar, sample_members, write_shards
 import wdspipes as wds
 from wdspipes.io import SCHEMES, open_url
 from wdspipes.io.pipe import PipeStream
+from wdspipes.pipes import ShardOpener
 
 
 def child_states() -> dict[int, str]:
@@ -238,4 +239,4 @@ def test_open_errors_go_through_the_handler(tmp_path: Path) -> None:
 def test_url_opener_stage() -> None:
     stage = wds.url_opener(handler=wds.ignore_and_continue)
     pipe = stage(wds.ShardList(["missing-a.tar", "missing-b.tar"]))
-    assert isinstance(pipe, wds.ShardOpener) and list(pipe) == []
+    assert isinstance(pipe, ShardOpener) and list(pipe) == []

@@ -26,6 +26,7 @@ from torch.utils.data.graph_settings import get_all_graph_pipes
 import wdspipes as wds
 from wdspipes.core.curried import Curried
 from wdspipes.loaders import dataloader2
+from wdspipes.pipes import BufferShuffler, SampleGrouper, ShardResampler, TarLoader
 
 
 def keys(pipe: Any) -> list[str]:
@@ -92,8 +93,8 @@ def test_plain_functions_classes_none_and_lists(small_shards: Shards) -> None:
     pipe = wds.DataPipeline(
         small_shards.paths,
         None,
-        [wds.url_opener(), wds.TarLoader],
-        wds.SampleGrouper,
+        [wds.url_opener(), TarLoader],
+        SampleGrouper,
         functools.partial(add_one, field="next"),
     )
     samples = list(pipe)
@@ -114,7 +115,7 @@ def test_split_markers_become_one_sharding_filter_at_the_first(small_shards: Sha
             wds.split_by_worker,
         )
         (sharding,) = sharding_filters(pipe)
-        assert isinstance(sharding.source_datapipe, wds.BufferShuffler)
+        assert isinstance(sharding.source_datapipe, BufferShuffler)
         sharding.apply_sharding(2, worker)
         shares.append(keys(pipe))
     assert sorted(shares[0] + shares[1]) == all_keys(small_shards.paths)
@@ -184,7 +185,7 @@ def test_webdataset_graph_has_one_sharding_filter_after_the_shard_order(
         wds.WebDataset(small_shards.paths, resampled=True),
     ):
         (sharding,) = sharding_filters(pipe)
-        assert isinstance(sharding.source_datapipe, wds.BufferShuffler | wds.ShardResampler)
+        assert isinstance(sharding.source_datapipe, BufferShuffler | ShardResampler)
 
 
 # The buffer shuffler

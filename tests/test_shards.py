@@ -13,6 +13,7 @@ from torch.utils.data.datapipes.iter import IterableWrapper
 from torch.utils.data.datapipes.iter.sharding import ShardingFilterIterDataPipe
 
 import wdspipes as wds
+from wdspipes.pipes import ShardResampler
 from wdspipes.read.specs import ShardSpec, expand_urls
 
 
@@ -66,8 +67,8 @@ def draws(pipe: IterDataPipe[str], epochs: int = 1) -> list[list[str]]:
     return [list(pipe) for _ in range(epochs)]
 
 
-def resampler(**kwargs: Any) -> wds.ShardResampler:
-    return wds.ShardResampler(wds.ShardList(URLS), **kwargs)
+def resampler(**kwargs: Any) -> ShardResampler:
+    return ShardResampler(wds.ShardList(URLS), **kwargs)
 
 
 def test_resampler_draws_with_replacement() -> None:
@@ -129,15 +130,15 @@ def test_resampled_shards_split_one_shared_stream_among_readers() -> None:
         parts.append(list(pipe))
     assert [len(part) for part in parts] == [10, 10, 10]
     assert [shard for row in zip(*parts, strict=True) for shard in row] == whole
-    assert len(wds.ShardResampler(wds.ShardList(URLS), nshards=30)) == 30
+    assert len(ShardResampler(wds.ShardList(URLS), nshards=30)) == 30
     with pytest.raises(TypeError, match="draws without end"):
-        len(wds.ShardResampler(wds.ShardList(URLS)))
+        len(ShardResampler(wds.ShardList(URLS)))
 
 
 def test_split_markers_after_resampled_shards_change_nothing() -> None:
     pipe = wds.DataPipeline(wds.ResampledShards(URLS), wds.split_by_node, wds.split_by_worker)
     assert isinstance(pipe, ShardingFilterIterDataPipe)
-    assert isinstance(pipe.source_datapipe, wds.ShardResampler)
+    assert isinstance(pipe.source_datapipe, ShardResampler)
     assert wds.split_by_worker(pipe) is pipe
 
 

@@ -32,6 +32,16 @@ from wdspipes.core.engine import chain_of, node_of, upstream_of
 from wdspipes.core.protocol import Resumes, stage_name
 from wdspipes.core.stage import Stage
 from wdspipes.errors import ResumeError
+from wdspipes.pipes import (
+    Batcher,
+    BufferShuffler,
+    Interleaver,
+    RandomInterleaver,
+    SampleGrouper,
+    ShardOpener,
+    TarLoader,
+    Unbatcher,
+)
 from wdspipes.pipes.datapipe import front_end
 from wdspipes.pipes.torch_stages import TORCH_STAGES
 from wdspipes.read.grouping import tar_samples
@@ -411,10 +421,10 @@ def read_chain(paths: list[str], core: bool) -> Any:
     else:
         lister, shard_opener, loader, grouper, shuffler = (
             wds.ShardList,
-            wds.ShardOpener,
-            wds.TarLoader,
-            wds.SampleGrouper,
-            wds.BufferShuffler,
+            ShardOpener,
+            TarLoader,
+            SampleGrouper,
+            BufferShuffler,
         )
     urls = shuffler(lister(paths), bufsize=4, seed=5)
     samples = grouper(loader(shard_opener(urls)))
@@ -428,7 +438,7 @@ def mixed_batches(paths: list[str], core: bool) -> Any:
     if core:
         mixer, batcher = mix.RandomInterleaver, batch.Batcher
     else:
-        mixer, batcher = wds.RandomInterleaver, wds.Batcher
+        mixer, batcher = RandomInterleaver, Batcher
     first, second = read_chain(paths[:2], core), read_chain(paths[2:], core)
     return batcher(mixer(first, second, probs=[1, 2], longest=True, seed=7), 3)
 
@@ -440,7 +450,7 @@ def interleaved_rows(paths: list[str], core: bool) -> Any:
     if core:
         mixer, batcher, unbatcher = mix.Interleaver, batch.Batcher, batch.Unbatcher
     else:
-        mixer, batcher, unbatcher = wds.Interleaver, wds.Batcher, wds.Unbatcher
+        mixer, batcher, unbatcher = Interleaver, Batcher, Unbatcher
     mixed = mixer(read_chain(paths[:2], core), read_chain(paths[2:], core), longest=True)
     return unbatcher(batcher(mixed, 3, collation_fn=None))
 

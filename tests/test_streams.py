@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data.datapipes.iter import IterableWrapper
 
 import wdspipes as wds
+from wdspipes.io import ShardStream
 
 KINDS = {
     "cbor": (wds.CborWriter, wds.cbors_to_samples, "load_cbor", cbor2.dumps),
@@ -278,7 +279,7 @@ def test_a_failing_read_is_not_taken_for_malformed_cbor(error: Exception, report
     CBORDecodeError): a failure of the stream is reported as such, not as bytes that are no
     item."""
     data = cbor2.dumps({"__key__": "a", "bin": bytes(100)})
-    stream = wds.ShardStream("mem.cbor", _BrokenStream(data, 10, error))
+    stream = ShardStream("mem.cbor", _BrokenStream(data, 10, error))
     with pytest.raises(wds.ShardError, match=re.escape(reported)) as caught:
         list(IterableWrapper([stream], deepcopy=False).load_cbor())
     assert not isinstance(caught.value, wds.StreamFormatError)

@@ -29,7 +29,7 @@ from torch.utils.data.datapipes.iter import IterableWrapper
 
 import wdspipes as wds
 from wdspipes.io import ShardStream
-from wdspipes.read.walk import iter_tar
+from wdspipes.read.walk import TarMember, iter_tar
 
 MEMBERS = [
     ("0001.txt", b"hello"),
@@ -337,7 +337,7 @@ def test_load_tar_yields_members_of_each_shard() -> None:
         ("a.tar", "0.txt", b"a"),
         ("b.tar", "0.txt", b"b"),
     ]
-    assert all(isinstance(m, wds.TarMember) for m in members)
+    assert all(isinstance(m, TarMember) for m in members)
 
 
 def test_load_tar_closes_each_stream() -> None:

@@ -23,6 +23,7 @@ from torch.utils.data.datapipes.iter import IterableWrapper, Mapper, Shuffler
 
 import wdspipes as wds
 from wdspipes.loaders import dataloader2
+from wdspipes.pipes import BufferShuffler, EpochRepeater
 from wdspipes.samples.shuffle import Draws
 
 with warnings.catch_warnings():
@@ -66,7 +67,7 @@ def test_torchs_own_datapipes_and_registry_keep_torchs_meanings() -> None:
 def test_shuffle_with_a_size_is_webdatasets_buffer() -> None:
     pipe = wds_samples()
     shuffler = pipe.shuffle(7)
-    assert isinstance(shuffler, wds.BufferShuffler)
+    assert isinstance(shuffler, BufferShuffler)
     assert (shuffler.bufsize, shuffler.initial, shuffler.source_datapipe) == (7, 7, pipe)
     shuffler = pipe.shuffle(300, initial=20, seed=3, handler=wds.warn_and_continue)
     assert (shuffler.bufsize, shuffler.initial) == (300, 20)
@@ -148,7 +149,7 @@ def test_shuffle_with_a_size_holds_as_many_items_as_webdatasets(size: int, initi
 def test_shuffle_with_a_size_pickles_and_resumes_as_a_buffer_shuffle(tmp_path: Any) -> None:
     pipe = wds_samples().shuffle(8, seed=1)
     copy = pickle.loads(pickle.dumps(pipe))
-    assert isinstance(copy, wds.BufferShuffler) and list(copy) == list(pipe)
+    assert isinstance(copy, BufferShuffler) and list(copy) == list(pipe)
 
 
 # map
@@ -263,7 +264,7 @@ def test_repeat_in_webdatasets_forms_is_webdatasets(
 def test_repeat_without_end_is_webdatasets(torchdata: str, request: pytest.FixtureRequest) -> None:
     request.getfixturevalue(f"{torchdata}_torchdata")
     for forever in (wds_samples().repeat(), wds_samples().repeat(0), wds_samples().repeat(-1)):
-        assert isinstance(forever, wds.EpochRepeater) and forever.nepochs is None
+        assert isinstance(forever, EpochRepeater) and forever.nepochs is None
         assert list(forever.with_epoch(100))[40:80] == SAMPLES
 
 

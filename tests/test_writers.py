@@ -36,6 +36,7 @@ from PIL import Image
 
 import wdspipes as wds
 from wdspipes.errors import EncodeError, TruncatedShardError
+from wdspipes.pipes import SampleDecoder
 from wdspipes.read.walk import iter_tar
 from wdspipes.samples.decoders import ImageDecoder
 from wdspipes.write import SampleEncoder, ShardWriter, TarWriter, encode_value
@@ -323,7 +324,7 @@ def test_gz_fields_are_encoded_by_the_inner_extension() -> None:
     assert gzip.decompress(data) == b'{"a":1}'
     assert gzip.decompress(encode_value("gz", "plain")) == b"plain"
     sample = {"__key__": "k", "txt.gz": "hé", "npy.gz": np.arange(3)}
-    back = next(iter(wds.SampleDecoder([to_raw(sample)])))
+    back = next(iter(SampleDecoder([to_raw(sample)])))
     assert back["txt.gz"] == "hé"
     assert_equal(back["npy.gz"], np.arange(3))
 

@@ -1,7 +1,16 @@
-"""Every public name of wdspipes, loaded: importing this module loads torch and registers
+"""The top-level names of wdspipes, loaded: importing this module loads torch and registers
 every stage's functional name on ``IterDataPipe``. ``import wdspipes`` imports it (but in the
 ``wdspipes`` command's process: see :mod:`wdspipes`); ``wdspipes.X`` is ``wdspipes.api.X`` for
 every name here.
+
+The top level holds what a program needs: the ways to build a pipeline (``DataPipeline``,
+``WebDataset``, ``ShardList``, ``IteratorStage``, ``PipelineStage``), webdataset's vocabulary
+(every name webdataset programs use), the writers, the decoders' main names, random access,
+the loaders' helpers (``as_node``, ``merge_states``, ``fix_dataloader2``, ``full_sync``), the
+errors and handlers, and ``Stage``, ``Epoch``, ``Resumes`` and ``register`` for writing a
+stage. The rest is in its module: a stage's class in its stage module and its DataPipe front
+end in :mod:`wdspipes.pipes` (``wdspipes.pipes.TarLoader``, ...), since a program builds a
+stage by its functional name (``.load_tar()``) or its curried name (``wds.tarfile_to_samples``).
 
 webdataset's names come from its layer, :mod:`wdspipes.webdataset`, never from the facades at
 webdataset's module paths (``wdspipes.filters``, ...), which import the layer too.
@@ -43,50 +52,18 @@ from wdspipes.errors import (
     warn_and_continue,
     warn_and_stop,
 )
-from wdspipes.io import ShardStream, open_url, shard_url
+from wdspipes.io import open_url, shard_url
 from wdspipes.io.readahead import ReadAhead, ReadStats
 from wdspipes.loaders.compat import fix_dataloader2, mend_stateful_dataloader
 from wdspipes.loaders.loader_state import merge_states
 from wdspipes.nodes import as_node
-from wdspipes.pipeline import (
-    DataPipeline,
-    IterableSource,
-    IteratorStage,
-    PipelineStage,
-    WebDataset,
-)
-from wdspipes.pipes import (
-    Batcher,
-    BufferShuffler,
-    CborLoader,
-    EpochLimiter,
-    EpochRepeater,
-    FieldMapper,
-    Interleaver,
-    ItemSlicer,
-    LengthSetter,
-    MsgpackLoader,
-    RandomInterleaver,
-    Renamer,
-    SampleDecoder,
-    SampleGrouper,
-    SampleMapper,
-    SampleSelector,
-    ShardClaimer,
-    ShardList,
-    ShardLister,
-    ShardOpener,
-    ShardResampler,
-    TarLoader,
-    TupleMaker,
-    TupleMapper,
-    Unbatcher,
-)
-from wdspipes.read.random_access import IndexReader, SamplerIndices, ShardListDataset, wids_sample
+from wdspipes.pipeline import DataPipeline, IteratorStage, PipelineStage, WebDataset
+from wdspipes.pipes import ShardList
+from wdspipes.read.random_access import ShardListDataset, wids_sample
 from wdspipes.read.samplers import ChunkedSampler, DistributedChunkedSampler, ShardedSampler
 from wdspipes.read.specs import expand_urls
-from wdspipes.read.walk import TarMember, iter_tar
-from wdspipes.samples.batch import SampleList, collate
+from wdspipes.read.walk import iter_tar
+from wdspipes.samples.batch import collate
 from wdspipes.samples.decoders import (
     Continue,
     DataLimitError,
@@ -141,9 +118,6 @@ fix_dataloader2()  # if torchdata's DataLoader2 was imported first (see wdspipes
 mend_stateful_dataloader()  # states of other worker counts, epochs (see wdspipes.loaders.compat)
 
 __all__ = [
-    "Batcher",
-    "BufferShuffler",
-    "CborLoader",
     "CborWriter",
     "ChunkedSampler",
     "CollationError",
@@ -160,56 +134,34 @@ __all__ = [
     "DuplicateFieldError",
     "EncodeError",
     "Epoch",
-    "EpochLimiter",
-    "EpochRepeater",
-    "FieldMapper",
     "HttpStatusError",
     "ImageDecoder",
     "ImageFormatError",
     "ImageTooLargeError",
     "IndexMismatchError",
-    "IndexReader",
-    "Interleaver",
-    "ItemSlicer",
-    "IterableSource",
     "IteratorStage",
-    "LengthSetter",
     "MemberTooLargeError",
     "MissingFieldError",
-    "MsgpackLoader",
     "MsgpackWriter",
     "NoEndMarkerWarning",
     "PipelineStage",
-    "RandomInterleaver",
     "RandomMix",
     "RandomResizedCrop",
     "ReadAhead",
     "ReadStats",
-    "Renamer",
     "ResampledShards",
     "ResumeError",
     "Resumes",
     "RoundRobin",
-    "SampleDecoder",
     "SampleEncoder",
     "SampleError",
-    "SampleGrouper",
-    "SampleList",
-    "SampleMapper",
-    "SampleSelector",
-    "SamplerIndices",
-    "ShardClaimer",
     "ShardError",
     "ShardIndexError",
     "ShardItemError",
     "ShardList",
     "ShardListDataset",
-    "ShardLister",
     "ShardOpenError",
-    "ShardOpener",
-    "ShardResampler",
     "ShardSplitError",
-    "ShardStream",
     "ShardWriteError",
     "ShardWriter",
     "ShardedSampler",
@@ -217,15 +169,10 @@ __all__ = [
     "Stage",
     "StreamFormatError",
     "TarFormatError",
-    "TarLoader",
-    "TarMember",
     "TarWriter",
     "TorchNameWarning",
     "TorchdataVersionError",
     "TruncatedShardError",
-    "TupleMaker",
-    "TupleMapper",
-    "Unbatcher",
     "UntrustedDataError",
     "WdsError",
     "WebDataset",
