@@ -214,6 +214,16 @@ def test_curried_names_build_what_the_functional_names_build() -> None:
     assert repr(wds.batched(2, collation_fn=None)) == "Batcher(2, collation_fn=None)"
 
 
+def test_the_curried_names_take_the_stages_new_arguments() -> None:
+    """Made from the table, a curried name takes what its stage takes: ``threads=`` (issue 34)
+    on ``decode``, ``map_dict`` and ``map_tuple``, and on webdataset's ``map`` too."""
+    samples = [{"__key__": f"{n}", "cls": b"%d" % n} for n in range(6)]
+    stages = [wds.decode(threads=2), wds.map_dict(cls=str, threads=2)]
+    stages += [wds.map(dict, threads=2), wds.to_tuple("cls"), wds.map_tuple(int, threads=2)]
+    pipe = wds.DataPipeline(IterableWrapper(samples), *stages)
+    assert list(pipe) == [(n,) for n in range(6)]
+
+
 def test_a_curried_name_checks_its_arguments_as_it_is_called() -> None:
     with pytest.raises(TypeError, match=r"to_tuple\(\): got an unexpected keyword argument 'x'"):
         wds.to_tuple("cls", x=1)

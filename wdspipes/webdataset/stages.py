@@ -195,11 +195,19 @@ def detshuffle(
 
 
 @stage_factory
-def map(fn: Callable[[Any], Any], handler: Handler = reraise_exception) -> Curried:
-    """webdataset's ``map``: ``map_samples(fn, handler=handler)``
+def map(
+    fn: Callable[[Any], Any], handler: Handler = reraise_exception, threads: int = 0
+) -> Curried:
+    """webdataset's ``map``: ``map_samples(fn, handler=handler, threads=threads)``
     (:class:`~wdspipes.samples.fields.SampleMapper`): a sample ``fn`` returns None for is
-    dropped, and one without the sample's ``__key__`` gets it back."""
-    return Curried(SampleMapper, fn, handler=handler)
+    dropped, and one without the sample's ``__key__`` gets it back; ``threads`` calls ``fn``
+    on that many samples at once (see :mod:`wdspipes.samples.threads`).
+
+    >>> map(len, threads=2)
+    SampleMapper(<built-in function len>, handler=<function reraise_exception at ...>, threads=2)
+    """
+    options = {"threads": threads} if threads else {}
+    return Curried(SampleMapper, fn, handler=handler, **options)
 
 
 @stage_factory
