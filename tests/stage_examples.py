@@ -155,4 +155,5 @@ EXAMPLES: dict[str, Callable[[list[str]], IterDataPipe[Any]]] = {
     "interleave_randomly": lambda urls: samples(urls[:2]).interleave_randomly(
         samples(urls[2:]).buffer_shuffle(4), probs=[1, 2], longest=True
     ),
+    "prefetch_items": lambda urls: samples(urls).buffer_shuffle(5).prefetch_items(4),
 }

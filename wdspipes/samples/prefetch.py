@@ -34,8 +34,9 @@ T = TypeVar("T")
 
 @register("prefetch_items")
 class ItemPrefetcher(Stage[T]):
-    """Read the source up to ``count`` items ahead, in a background thread (functional name:
-    ``prefetch_items``).
+    """Read items ahead in a background thread (functional name: ``prefetch_items``).
+
+    The source is read up to ``count`` items ahead of the stages after it.
 
     Args:
         source_datapipe: yields items.
