@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from wdspipes.core.processes import alive
+from wdspipes.core.processes import alive, keep_heap_for
 from wdspipes.loaders.worker_queues import on_workers_gone
 
 __all__ = ["MIN_BYTES", "SMALL_BYTES", "batch_array", "forget_dead_workers", "send_small_by_value"]
@@ -148,7 +148,10 @@ def batch_array(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray | No
         _pool = _Pool()
         _take_over_storage_pickling()
     data = _pool.take(nbytes)
-    return None if data is None else data.view(dtype).reshape(shape)
+    if data is None:
+        return None
+    keep_heap_for(nbytes)  # malloc never frees this batch, so it would not learn its size
+    return data.view(dtype).reshape(shape)
 
 
 _USABLE = sys.platform == "linux" and hasattr(os, "memfd_create")
