@@ -10,7 +10,11 @@ Four readings, each the best of ``--repeat`` passes over the same shards (writte
   each into a buffer of their own (the walk's large-member branch);
 - ``decode``: ``WebDataset(urls).decode().to_tuple("cls", "txt.gz").batched(64)`` over the
   1 KB shards' ``cls`` and a small ``txt.gz``: the per-field path of the decoders;
-- ``jpeg`` and ``png``: ``decode("rgb8")`` of 2,000 256 x 256 images of each format.
+- ``jpeg`` and ``png``: ``decode("rgb8")`` of 2,000 256 x 256 images of each format;
+- with ``--loaders``, end to end through DataLoader2 with 2 worker processes (batches arriving
+  in this process, wall-clock seconds, the best epoch of ``--repeat`` after the one that starts
+  the workers): ``dl2 decode``, the ``decode`` reading's pipeline, and ``dl2 jpeg``,
+  ``decode("rgb8").to_tuple("jpg", "__key__").batched(64)`` of the JPEGs.
 
 Usage::
 
@@ -118,12 +122,36 @@ def rate(
     return samples / best
 
 
+def loader_rate(pipe: object, samples: int, repeat: int) -> float:
+    """Samples a second arriving in this process from ``pipe`` under DataLoader2 with 2 worker
+    processes: the best of ``repeat`` epochs after the first (which starts the workers), each
+    of which must give ``samples`` samples in batches."""
+    from torchdata.dataloader2 import DataLoader2, MultiProcessingReadingService
+
+    loader = DataLoader2(pipe, reading_service=MultiProcessingReadingService(num_workers=2))
+    best = float("inf")
+    try:
+        for epoch in range(repeat + 1):
+            start = time.perf_counter()
+            items = sum(len(batch[0]) for batch in loader)
+            if epoch:
+                best = min(best, time.perf_counter() - start)
+            if items != samples:
+                raise RuntimeError(f"read {items} samples, not {samples}")
+    finally:
+        loader.shutdown()
+    return samples / best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", type=Path, required=True, help="shard directory (made once)")
     parser.add_argument("--repeat", type=int, default=5, help="passes, best reported (5)")
     parser.add_argument(
         "--cpu", action="store_true", help="samples per CPU second of the process, not per second"
+    )
+    parser.add_argument(
+        "--loaders", action="store_true", help="also end to end through DataLoader2, 2 workers"
     )
     args = parser.parse_args()
     if args.cpu:
@@ -143,6 +171,15 @@ def main() -> None:
         "jpeg": rate(lambda: wds.WebDataset(urls["jpeg"]).decode("rgb8"), 2_000, n),
         "png": rate(lambda: wds.WebDataset(urls["png"]).decode("rgb8"), 2_000, n),
     }
+    if args.loaders:
+        result["dl2 decode"] = loader_rate(
+            wds.WebDataset(urls["small"]).decode().to_tuple("cls", "txt.gz").batched(64), 40_000, n
+        )
+        result["dl2 jpeg"] = loader_rate(
+            wds.WebDataset(urls["jpeg"]).decode("rgb8").to_tuple("jpg", "__key__").batched(64),
+            2_000,
+            n,
+        )
     print(json.dumps({name: round(value) for name, value in result.items()}))
 
 
