@@ -16,16 +16,18 @@ DataPipe.
 from __future__ import annotations
 
 import types
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
-from torch.utils.data import IterDataPipe
+from torch.utils.data import IterDataPipe, get_worker_info
 from torch.utils.data.datapipes.iter import IterableWrapper
 
 from wdspipes.core.protocol import registered, set_front_ends
-from wdspipes.core.stage import Sample, Stage
+from wdspipes.core.stage import Sample, Stage, set_items_leaving
 from wdspipes.loaders.compat import fix_dataloader2
 from wdspipes.pipes.pickling import pickled_attributes, unpickled_attributes
+from wdspipes.samples.handover import in_worker
+from wdspipes.samples.raw_handover import leaving_worker
 
 __all__ = ["Sample", "StageDataPipe", "front_end", "webdataset_call"]
 
@@ -160,3 +162,17 @@ def _register(name: str, cls: type) -> None:
 
 set_front_ends(front_end)
 registered(_register)
+
+
+def _items_leaving(stage: Any, items: Iterator[Any]) -> Iterator[Any]:
+    """The items of a pipeline iterated from ``stage``: where it is the dataset of a worker of
+    torch's ``DataLoader`` (or ``StatefulDataLoader``), whose loop pickles them for the
+    training process, their large raw fields cross through shared memory (see
+    :mod:`wdspipes.samples.raw_handover`, which also carries DataLoader2's items)."""
+    info = get_worker_info()
+    if info is None or getattr(info.dataset, "_datapipe", None) is not stage or not in_worker():
+        return items
+    return leaving_worker(items)
+
+
+set_items_leaving(_items_leaving)
