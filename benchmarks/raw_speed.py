@@ -262,14 +262,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         "payload MB/s delivered to the training process, each mode in a process of its own",
         args.markdown,
     )
+    import wdspipes
+
+    mark = "- " if args.markdown else ""
+    print(f"{mark}wdspipes from: {Path(wdspipes.__file__).parent.parent}")
     urls, payload = ensure_shards(args.data, args.shards, args.per_shard)
     modes = args.only or list(MODES)
-    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{mark}load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     results: dict[str, list[Any]] = {mode: [] for mode in modes}
     for _ in range(args.repeat):
         for mode in modes:
             results[mode].append(run_in_process(args, mode, urls, payload))
-    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{mark}load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print_section(
         f"{args.shards * args.per_shard:,} samples of {BIN_BYTES:,} bytes + cls "
         f"({payload / 1e6:,.1f} MB), {args.epochs} epochs a run, best of {args.repeat} runs",

@@ -77,14 +77,13 @@ _Numbers = tuple[tuple[frozenset[type], Any], ...]
 @functools.cache
 def _tensors() -> tuple[Any, Callable[..., np.ndarray | None], _Numbers, Collate]:
     """torch, the handover's :func:`~wdspipes.samples.handover.batch_array`, the table of
-    Python numbers in a column -> tensor dtype (as torch's ``default_collate``), and the raw
-    handover's :func:`~wdspipes.samples.raw_handover.bytes_column`, loaded when collation
+    Python numbers in a column -> tensor dtype (as torch's ``default_collate``), and its
+    :func:`~wdspipes.samples.handover.bytes_column`, loaded when collation
     first makes a column: the module loads no torch, and each column of a batch looks them up
     in one cached call."""
     import torch
 
-    from wdspipes.samples.handover import batch_array
-    from wdspipes.samples.raw_handover import bytes_column
+    from wdspipes.samples.handover import batch_array, bytes_column
 
     numbers = (
         (frozenset([bool]), torch.bool),

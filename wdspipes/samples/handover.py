@@ -40,6 +40,7 @@ storage of at most :data:`SMALL_BYTES` in the pickle itself, copied, as numpy ar
 from __future__ import annotations
 
 import ctypes
+import logging
 import mmap
 import multiprocessing
 import os
@@ -58,8 +59,11 @@ from wdspipes.loaders.worker_queues import on_workers_gone
 
 __all__ = [
     "MIN_BYTES",
+    "RAW_MIN_BYTES",
     "SMALL_BYTES",
+    "BytesColumn",
     "batch_array",
+    "bytes_column",
     "forget_dead_workers",
     "in_worker",
     "pack_bytes",
@@ -81,6 +85,11 @@ SMALL_BYTES = 32 << 10
 """Storages of at most this many bytes that a batching worker sends travel by value, in the
 pickle: up to here a copy costs less than sharing (benchmarks/tensor_handover.py); beyond, the
 copy outgrows the pipe's buffer."""
+
+RAW_MIN_BYTES = 64 << 10
+"""A ``bytes`` value (or a batch column of them together) of at least this many bytes crosses
+through a slot (see :mod:`wdspipes.samples.raw_handover`): beyond the pipe's buffer (64 KiB
+here) a write waits for the reader to drain it. Smaller ones cross by value."""
 
 _HEADER = mmap.PAGESIZE  # the state page before a slot's data; keeps the data page-aligned
 _STATE = struct.Struct("<BxxxIQ")  # busy flag, owner pid, generation (which filling of the slot)
@@ -175,6 +184,7 @@ class _Pool:
 
 
 _pool: _Pool | None = None
+log = logging.getLogger(__name__)
 
 
 def batch_array(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray | None:
@@ -229,11 +239,16 @@ def pack_bytes(values: list[bytes]) -> tuple[Any, ...] | None:
     slot = pool.take_sent(max(1, sum(lengths)))
     if slot is None:
         return None
-    memory, offset = slot.memory, _HEADER
-    for value, length in zip(values, lengths, strict=True):
-        memory[offset : offset + length] = value
-        offset += length
-    fd_box, key = slot.reference(pool.receiver)
+    try:
+        memory, offset = slot.memory, _HEADER
+        for value, length in zip(values, lengths, strict=True):
+            memory[offset : offset + length] = value
+            offset += length
+        fd_box, key = slot.reference(pool.receiver)
+    except Exception as exn:  # pickling must not fail (a queue drops what it cannot send)
+        log.warning("shared-memory handover failed, values sent as they are: %r", exn)
+        _STATE.pack_into(slot.memory, 0, _FREE, os.getpid(), slot.generation)
+        return None
     return fd_box, key, slot.generation, lengths
 
 
@@ -258,6 +273,50 @@ def unpack_bytes(
 def _address(memory: mmap.mmap, offset: int) -> int:
     view = np.frombuffer(memory, dtype=np.uint8, count=1, offset=offset)
     return int(view.__array_interface__["data"][0])
+
+
+class BytesColumn(list[bytes]):
+    """A batch column of ``bytes`` values adding up to :data:`RAW_MIN_BYTES` or more, as
+    ``collate`` makes it in a worker process (:func:`bytes_column`): a ``list`` that crosses to
+    the training process as one block of a slot and arrives there a plain ``list``. It stays
+    one through torch's ``DataLoader``, which copies lists as they are; pickled any other way,
+    or with no slot free, it is a plain list.
+
+    >>> import pickle
+    >>> type(pickle.loads(pickle.dumps(BytesColumn([b"a", b"b"]))))
+    <class 'list'>
+    """
+
+    def __copy__(self) -> BytesColumn:
+        return BytesColumn(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return list, (list(self),)
+
+
+def bytes_column(values: list[Any]) -> list[Any]:
+    """``collate``'s column of ``values``: a :class:`BytesColumn` where they are all ``bytes``
+    adding up to :data:`RAW_MIN_BYTES` or more and this is a worker process; as it is
+    otherwise.
+
+    >>> type(bytes_column([b"x" * RAW_MIN_BYTES]))  # not a worker here
+    <class 'list'>
+    """
+    if not in_worker() or not all(type(value) is bytes for value in values):
+        return values
+    if sum(map(len, values)) < RAW_MIN_BYTES:
+        return values
+    _worker_pool()  # pickling set up in this process
+    return BytesColumn(values)
+
+
+def _reduce_column(column: BytesColumn) -> tuple[Any, ...]:
+    packed = pack_bytes(column) if in_worker() else None
+    return column.__reduce__() if packed is None else (_unpack_column, packed)
+
+
+def _unpack_column(*packed: Any) -> list[bytes]:
+    return unpack_bytes(*packed)
 
 
 # -- pickling: a slot travels as its descriptor ------------------------------------------------
@@ -293,6 +352,7 @@ def _take_over_storage_pickling() -> None:
 
         _torch_reduce_storage = ForkingPickler._extra_reducers[torch.UntypedStorage]  # type: ignore[attr-defined]
         ForkingPickler.register(torch.UntypedStorage, _reduce_storage)
+        ForkingPickler.register(BytesColumn, _reduce_column)
 
 
 def _reduce_storage(storage: torch.UntypedStorage) -> Any:

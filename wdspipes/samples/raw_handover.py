@@ -37,32 +37,15 @@ from typing import Any
 
 from wdspipes.loaders.loader_state import Tagged
 from wdspipes.samples.batch import SampleList
-from wdspipes.samples.handover import in_worker, pack_bytes, unpack_bytes
+from wdspipes.samples.handover import (
+    RAW_MIN_BYTES,
+    BytesColumn,
+    in_worker,
+    pack_bytes,
+    unpack_bytes,
+)
 
-__all__ = ["RAW_MIN_BYTES", "BytesColumn", "CrossingBytes", "bytes_column", "leaving_worker"]
-
-RAW_MIN_BYTES = 64 << 10
-"""A ``bytes`` value (or a batch column of them together) of at least this many bytes crosses
-through a slot: beyond the pipe's buffer (64 KiB here) a write waits for the reader to drain
-it. Smaller ones cross by value."""
-
-
-class BytesColumn(list[bytes]):
-    """A batch column of ``bytes`` values adding up to :data:`RAW_MIN_BYTES` or more, as
-    ``collate`` makes it in a worker process: a ``list`` that crosses to the training process
-    as one block of a slot and arrives there a plain ``list``. It stays one through torch's
-    ``DataLoader``, which copies lists as they are; pickled any other way, it is a plain list.
-
-    >>> import pickle
-    >>> type(pickle.loads(pickle.dumps(BytesColumn([b"a", b"b"]))))
-    <class 'list'>
-    """
-
-    def __copy__(self) -> BytesColumn:
-        return BytesColumn(self)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return list, (list(self),)
+__all__ = ["CrossingBytes", "leaving_worker"]
 
 
 class CrossingBytes(bytes):
@@ -72,19 +55,6 @@ class CrossingBytes(bytes):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return bytes, (bytes(self),)
-
-
-def bytes_column(values: list[Any]) -> list[Any]:
-    """``collate``'s column of ``values``: a :class:`BytesColumn` where they are all ``bytes``
-    adding up to :data:`RAW_MIN_BYTES` or more and this is a worker process; as it is
-    otherwise.
-
-    >>> type(bytes_column([b"x" * RAW_MIN_BYTES]))  # not a worker here
-    <class 'list'>
-    """
-    if not in_worker() or not all(type(value) is bytes for value in values):
-        return values
-    return BytesColumn(values) if sum(map(len, values)) >= RAW_MIN_BYTES else values
 
 
 def leaving_worker(items: Iterable[Any]) -> Iterator[Any]:
@@ -205,10 +175,6 @@ class _Carried:
         return self.reduction
 
 
-def _reduce_column(column: BytesColumn) -> tuple[Any, ...]:
-    return (in_worker() and _carried(column, 0)) or column.__reduce__()
-
-
 def _reduce_bytes(value: CrossingBytes) -> tuple[Any, ...]:
     return (in_worker() and _carried(value, 0)) or value.__reduce__()
 
@@ -232,8 +198,8 @@ def _tagged(value: Any, number: int, epoch: int | None, worker: int) -> Tagged:
 
 
 # Only wdspipes' own types: pickled for another process, they carry their large values in a
-# slot where this is a worker (elsewhere as ever, the check a function call).
-ForkingPickler.register(BytesColumn, _reduce_column)
+# slot where this is a worker (elsewhere as ever, the check a function call). BytesColumn's is
+# the handover's.
 ForkingPickler.register(CrossingBytes, _reduce_bytes)
 ForkingPickler.register(SampleList, _reduce_samples)
 ForkingPickler.register(Tagged, _reduce_tagged)
