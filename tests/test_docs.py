@@ -318,3 +318,35 @@ def test_docstring_examples_are_fenced_for_the_api_reference() -> None:
     assert 'identifier="wdspipes.samples.batch.collate"' in fences.link_roles(
         ":func:`collate`", "wdspipes.samples.batch"
     )
+
+
+DOC_PATH = re.compile(r"\bdocs/[\w/.-]*?\.md\b")
+
+
+def doc_paths_named(text: str) -> set[str]:
+    """The pages of the docs a text names by path (``docs/guide/layout.md``)."""
+    return set(DOC_PATH.findall(text))
+
+
+def test_every_page_the_code_names_is_there() -> None:
+    """Docstrings, comments and messages that point a reader at a page of the docs name one
+    that exists: pages move, and the paths written in code must move with them."""
+    sources = [
+        *sorted((ROOT / "wdspipes").rglob("*.py")),
+        *sorted((ROOT / "tests").glob("*.py")),
+        *sorted((ROOT / "benchmarks").glob("*.py")),
+        ROOT / "README.md",
+    ]
+    missing = [
+        f"{source.relative_to(ROOT)}: {path}"
+        for source in sources
+        for path in sorted(doc_paths_named(source.read_text()))
+        if not (ROOT / path).is_file()
+    ]
+    assert not missing, "pages named but not there:\n" + "\n".join(missing)
+
+
+def test_named_pages_are_found() -> None:
+    moved = "docs/" + "writing.md"  # split, so that this file names no missing page
+    text = f"see docs/guide/layout.md, and {moved} (moved)"
+    assert doc_paths_named(text) == {"docs/guide/layout.md", moved}

@@ -180,8 +180,9 @@ def test_names_not_provided_say_what_to_use(module: str, name: str, advice: str)
 # --- the curried names of DataPipeline ------------------------------------------------------
 
 FROM_THE_TABLE = ["decode", "to_tuple", "map_tuple", "map_dict", "rename", "select"]
-FROM_THE_TABLE += ["batched", "unbatched", "with_epoch", "with_length"]
-"""webdataset's curried names that are a stage's functional name, with its arguments."""
+FROM_THE_TABLE += ["batched", "unbatched", "with_epoch", "with_length", "prefetch_items"]
+"""The curried names that are a stage's functional name, with its arguments: webdataset's, and
+wdspipes' own ``prefetch_items``."""
 
 
 @pytest.mark.parametrize("name", FROM_THE_TABLE)

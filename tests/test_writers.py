@@ -625,7 +625,7 @@ def test_compact_headers_against_webdataset(tmp_path: Path) -> None:
                 writer.write(sample)
     ours_used, theirs_used = used_bytes(ours.read_bytes()), used_bytes(theirs.read_bytes())
     assert ours_used == 200 * 2 * BLOCK
-    assert theirs_used == 200 * 4 * BLOCK  # the ratio docs/writing.md records: 1/2
+    assert theirs_used == 200 * 4 * BLOCK  # the ratio docs/guide/writing.md records: 1/2
     assert raw(str(ours))[5]["txt"] == raw(str(theirs))[5]["txt"] == b"label 5"
 
 

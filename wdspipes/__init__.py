@@ -16,17 +16,17 @@ imports the launcher :mod:`wdspipes_command` (outside the package) before the pa
 ``import wdspipes`` loads no torch, so that the command creates, lists, copies and reshards
 shards at once, and a name of the package loads the api on its first use.
 
-The folders are the way data moves: ``state`` (the state protocol and its assembler), ``core``
-(the torch-free stage base, curried stages, seeds, ranks and workers), ``loaders`` (torchdata's
-loaders and their mends), ``io`` (opening URLs), ``read`` (shard lists, the reader base, tar,
-grouping, stream shards), ``samples`` (decoding, fields, shuffle, batches, epochs), ``write``
-(writers and encoders), ``pipes`` (the DataPipe front ends of the stages), ``nodes`` (the
-torchdata.nodes front end) and ``tools`` (resharding), with ``cli`` and ``demo`` on top. Two
-modules stay at the top level: ``pipeline`` assembles the DataPipes of ``pipes``, so it stands
-above them; ``errors`` is the one hierarchy every folder raises and users catch.
-``core.distributed`` is in ``core`` because seeds, shard lists and the opener all need the
-split among ranks and workers. docs/guide/layout.md lists every module and where each stage
-is.
+The folders are the way data moves, each standing on those before it: ``core`` (the model of a
+stage, its epoch context and the engine that opens epochs and saves and restores their state;
+torch-free, the bottom), ``loaders`` (torchdata's loaders and their mends), ``io`` (opening
+URLs, the cache, read-ahead), ``read`` (shard lists, the opener, the readers: tar, grouping,
+stream shards, random access), ``samples`` (decoding, fields, shuffle, batches, epochs,
+mixing, threads), ``write`` (writers and encoders), ``pipes`` (the DataPipe front ends, made
+from the stage classes, and torch's stages in a pipeline), ``nodes`` (the torchdata.nodes front
+end) and ``tools`` (resharding), with ``cli`` and ``demo`` on top. Two modules stay at the top
+level: ``pipeline`` (``DataPipeline``, ``WebDataset``) assembles the DataPipes of ``pipes``, so
+it stands above them; ``errors`` is the one hierarchy every folder raises and users catch.
+docs/guide/layout.md lists every module and where each stage is.
 
 webdataset's vocabulary is one layer on top, ``webdataset`` (its curried names for
 ``DataPipeline``, its calls of torch's names, its shard lists, mixers and loader, and the

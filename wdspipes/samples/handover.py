@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from wdspipes.core.processes import alive
+from wdspipes.core.processes import alive, keep_heap_for
 from wdspipes.loaders.worker_queues import on_workers_gone
 
 __all__ = [
@@ -199,7 +199,10 @@ def batch_array(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray | No
     if nbytes < MIN_BYTES or not in_worker():
         return None
     data = _worker_pool().take(nbytes)
-    return None if data is None else data.view(dtype).reshape(shape)
+    if data is None:
+        return None
+    keep_heap_for(nbytes)  # malloc never frees this batch, so it would not learn its size
+    return data.view(dtype).reshape(shape)
 
 
 _USABLE = sys.platform == "linux" and hasattr(os, "memfd_create")

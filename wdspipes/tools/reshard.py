@@ -8,7 +8,7 @@ writes its samples in random order. That is a uniformly random permutation of al
 samples (an external shuffle, what AIStore's dSort does on a cluster), in memory bounded by
 one bucket, so a dataset many times larger than RAM reshuffles on one machine.
 All or nothing: the output shards are written into a hidden directory beside them and moved
-to their names only once the whole run has succeeded. See docs/resharding.md.
+to their names only once the whole run has succeeded. See docs/guide/resharding.md.
 
 >>> import os, tempfile
 >>> from wdspipes.write import TarWriter

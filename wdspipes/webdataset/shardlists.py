@@ -49,7 +49,7 @@ def ResampledShards(
     Every rank and worker draws the same stream (from ``seed``, or the loader's shared seed)
     and reads its own part of it, so readers never repeat one another's draws, and ``nshards``
     counts the draws of all readers together. This differs from webdataset, whose
-    ``ResampledShards`` draws apart in each worker: see docs/distributed.md. Being split
+    ``ResampledShards`` draws apart in each worker: see docs/recipes/distributed.md. Being split
     already, it needs no ``split_by_node``/``split_by_worker`` (a ``DataPipeline`` skips them).
 
     >>> sorted(set(ResampledShards("s-{0..1}.tar", nshards=50, seed=0)))

@@ -6,13 +6,14 @@ upstream, which ``DataPipeline`` builds on the stage before it; passed uncalled,
 
 Where webdataset's name is a stage's functional name, with the same arguments (``decode``,
 ``to_tuple``, ``map_tuple``, ``map_dict``, ``rename``, ``select``, ``batched``, ``unbatched``,
-``with_epoch``, ``with_length``), the curried name is made from the one table of stages
-(:class:`CurriedName`): ``decode("rgb8")`` is ``Curried(SampleDecoder, "rgb8")``, and the name
-has the stage's signature (without its source) and docstring. The names webdataset gives
-otherwise are written here: ``shuffle`` and ``detshuffle`` (``buffer_shuffle`` in webdataset's
-signatures), ``map`` (``map_samples``), ``slice`` (``islice``), ``repeat``
-(``repeat_epochs``), ``cbors_to_samples`` and ``msgpack_to_samples`` (the opener and a stream
-loader); ``url_opener``, ``tar_file_expander``, ``group_by_keys`` and ``tarfile_to_samples``
+``with_epoch``, ``with_length``; and wdspipes' own ``prefetch_items``), the curried name is
+made from the one table of stages (:class:`CurriedName`): ``decode("rgb8")`` is
+``Curried(SampleDecoder, "rgb8")``, and the name has the stage's signature (without its
+source) and docstring. The names webdataset gives otherwise are written here: ``shuffle``
+and ``detshuffle`` (``buffer_shuffle`` in webdataset's signatures), ``map``
+(``map_samples``), ``slice`` (``islice``), ``repeat`` (``repeat_epochs``),
+``cbors_to_samples`` and ``msgpack_to_samples`` (the opener and a stream loader);
+``url_opener``, ``tar_file_expander``, ``group_by_keys`` and ``tarfile_to_samples``
 are in :mod:`~wdspipes.webdataset.tariterators`.
 
 >>> from torch.utils.data.datapipes.iter import IterableWrapper
@@ -51,6 +52,7 @@ __all__ = [
     "map_dict",
     "map_tuple",
     "msgpack_to_samples",
+    "prefetch_items",
     "rename",
     "repeat",
     "select",
@@ -144,6 +146,10 @@ with_epoch = CurriedName("with_epoch")
 
 with_length = CurriedName("with_length")
 """``with_length(length)``: :class:`~wdspipes.samples.epochs.LengthSetter`."""
+
+prefetch_items = CurriedName("prefetch_items")
+"""``prefetch_items(n)``: :class:`~wdspipes.samples.prefetch.ItemPrefetcher` (wdspipes' own:
+webdataset has no such stage)."""
 
 
 # --- written: webdataset names the stage otherwise, or takes other arguments ----------------

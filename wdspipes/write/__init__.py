@@ -1,6 +1,6 @@
 """Writing shards: tar archives of samples, split into shards, with values encoded by extension.
 
-See docs/writing.md. :class:`TarWriter` writes one archive, :class:`ShardWriter` a numbered
+See docs/guide/writing.md. :class:`TarWriter` writes one archive, :class:`ShardWriter` a numbered
 series of them, each complete under its final name or not there at all; :class:`SampleEncoder`
 and :func:`encode_value` are the encoders both use by default.
 """
