@@ -174,7 +174,11 @@ def run(args: argparse.Namespace) -> None:
     main_cpu = after.user + after.system - before.user - before.system
     children = after.children_user + after.children_system
     workers_cpu = children - before.children_user - before.children_system
-    print(json.dumps({"rates": rates, "main": main_cpu / gigabytes, "workers": workers_cpu / gigabytes}))
+    print(
+        json.dumps(
+            {"rates": rates, "main": main_cpu / gigabytes, "workers": workers_cpu / gigabytes}
+        )
+    )
 
 
 def run_in_process(args: argparse.Namespace, mode: str, urls: list[str], payload: int) -> Any:

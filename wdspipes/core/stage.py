@@ -28,7 +28,7 @@ its DataPipe front end (:attr:`Stage.DataPipe`, made from the class: see :mod:`w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, Generic, TypeVar
 
 from wdspipes.core.arguments import int_at_least
@@ -42,7 +42,7 @@ from wdspipes.core.protocol import (
 )
 from wdspipes.core.statistics import PipelineStatistics
 
-__all__ = ["Epoch", "Resumes", "Sample", "Stage", "set_items_leaving"]
+__all__ = ["Epoch", "Resumes", "Sample", "Stage"]
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -98,8 +98,7 @@ class Stage(StageBase, Generic[T_co]):
         as its first item is asked for (so that a state loaded after ``iter()`` and before it
         is the one it goes on from, as StatefulDataLoader loads one), going on from a state
         loaded before, if any."""
-        items = self._run().items(self)
-        return _LEAVING[0](self, items) if _LEAVING else items
+        return self._run().items(self)
 
     def state_dict(self) -> dict[str, Any]:
         """The position of the pipeline that ends in this stage, mid-epoch: small data that
@@ -159,16 +158,6 @@ class Stage(StageBase, Generic[T_co]):
         seed = int(seed)
         self._loader_seed = seed
         self._run().clock.set_seed(seed)
-
-
-_LEAVING: list[Callable[[Any, Iterator[Any]], Iterator[Any]]] = []
-
-
-def set_items_leaving(leaving: Callable[[Any, Iterator[Any]], Iterator[Any]]) -> None:
-    """Have ``leaving(stage, items)`` give the items of each epoch of a pipeline iterated from
-    ``stage`` (the DataPipe front end has a loader's worker hand large raw fields over through
-    shared memory so: see :mod:`wdspipes.samples.raw_handover`)."""
-    _LEAVING[:] = [leaving]
 
 
 def _is_datapipe(value: object) -> bool:

@@ -25,6 +25,8 @@ lets go of those of exited ones.
 Raw bytes cross through the same slots (:func:`pack_bytes`, :func:`unpack_bytes`; which values,
 :mod:`wdspipes.samples.raw_handover`): copied into a slot when the worker pickles them, copied
 back into ``bytes`` objects as the training process unpickles them, the slot freed at once.
+Both processes keep the heap those values take (:func:`~wdspipes.core.processes.keep_heap_for`),
+which would otherwise go back to the system and be faulted in again at every batch.
 
 Only processes started by ``multiprocessing`` use slots (loader workers are); the training
 process's own batches (``num_workers=0``) are made as before. Linux only (``memfd_create``);
@@ -93,6 +95,11 @@ here) a write waits for the reader to drain it. Smaller ones cross by value."""
 
 _HEADER = mmap.PAGESIZE  # the state page before a slot's data; keeps the data page-aligned
 _STATE = struct.Struct("<BxxxIQ")  # busy flag, owner pid, generation (which filling of the slot)
+_OWNER = struct.Struct("<IQ")  # the state after its flag: owner pid, generation
+# Two processes write the state: the worker as it fills a free slot, the training process as it
+# frees a busy one. Each sets the flag alone, one byte (a single store), the worker last: packing
+# the whole state (struct zeroes it first) let a worker see a slot free while the training
+# process was still writing, and the rest of that write undo the worker's.
 _MAPPED_IN = struct.Struct("<I")  # after the state: the pid of the process that maps the slot
 _FREE, _BUSY = 0, 1
 
@@ -127,7 +134,8 @@ class _Slot:
         """A new filling: busy until released (or, ``held``, dropped unsent)."""
         self.generation += 1
         self.held, self.sent = held, not held
-        _STATE.pack_into(self.memory, 0, _BUSY, os.getpid(), self.generation)
+        _OWNER.pack_into(self.memory, 4, os.getpid(), self.generation)
+        self.memory[0] = _BUSY
 
     def reference(self, receiver: int) -> tuple[Any, tuple[int, int]]:
         """How the process ``receiver`` finds this slot: by its key alone where it maps it
@@ -142,7 +150,7 @@ class _Slot:
         if generation == self.generation:
             self.held = False
             if not self.sent:
-                _STATE.pack_into(self.memory, 0, _FREE, os.getpid(), generation)
+                self.memory[0] = _FREE
 
 
 class _Pool:
@@ -162,22 +170,24 @@ class _Pool:
             return None if slot is None else slot.fill()[:nbytes]
 
     def take_sent(self, nbytes: int) -> _Slot | None:
-        """A free slot for ``nbytes``, marked busy and sent (the receiver frees it)."""
+        """A free slot for ``nbytes``, marked busy and sent (the receiver frees it). A new one
+        holds the next power of two, so that raw values of many sizes share a few slots (its
+        pages beyond what is written are never touched, and cost nothing)."""
         with self.lock:
-            slot = self._free_slot(nbytes)
+            slot = self._free_slot(nbytes, 1 << (nbytes - 1).bit_length())
             if slot is not None:
                 slot._busy(held=False)
             return slot
 
-    def _free_slot(self, nbytes: int) -> _Slot | None:
+    def _free_slot(self, nbytes: int, capacity: int = 0) -> _Slot | None:
         slot = next((s for s in self.slots if s.reusable(nbytes)), None)
-        return self._new_slot(nbytes) if slot is None else slot
+        return self._new_slot(max(nbytes, capacity)) if slot is None else slot
 
-    def _new_slot(self, nbytes: int) -> _Slot | None:
+    def _new_slot(self, capacity: int) -> _Slot | None:
         used = sum(slot.capacity for slot in self.slots)
-        if len(self.slots) >= MAX_SLOTS or used + nbytes > MAX_POOL_BYTES:
+        if len(self.slots) >= MAX_SLOTS or used + capacity > MAX_POOL_BYTES:
             return None
-        slot = _Slot(nbytes)
+        slot = _Slot(capacity)
         self.slots.append(slot)
         self.by_address[slot.address] = slot
         return slot
@@ -242,6 +252,7 @@ def pack_bytes(values: list[bytes]) -> tuple[Any, ...] | None:
     slot = pool.take_sent(max(1, sum(lengths)))
     if slot is None:
         return None
+    keep_heap_for(slot.capacity)  # the values, read into the heap, are freed together once sent
     try:
         memory, offset = slot.memory, _HEADER
         for value, length in zip(values, lengths, strict=True):
@@ -250,7 +261,7 @@ def pack_bytes(values: list[bytes]) -> tuple[Any, ...] | None:
         fd_box, key = slot.reference(pool.receiver)
     except Exception as exn:  # pickling must not fail (a queue drops what it cannot send)
         log.warning("shared-memory handover failed, values sent as they are: %r", exn)
-        _STATE.pack_into(slot.memory, 0, _FREE, os.getpid(), slot.generation)
+        slot.memory[0] = _FREE
         return None
     return fd_box, key, slot.generation, lengths
 
@@ -265,6 +276,7 @@ def unpack_bytes(
         RuntimeError: the slot is not this process's to read (see :class:`_Mapping`).
     """
     memory = _mapped(fd_box, key).filling(generation)
+    keep_heap_for(sum(lengths))  # the values are new blocks of the heap, freed together later
     values, offset = [], _HEADER
     for length in lengths:
         values.append(memory[offset : offset + length])
@@ -413,9 +425,9 @@ class _Mapping:
 
 
 def _release(memory: mmap.mmap, generation: int) -> None:
-    _, owner, current = _STATE.unpack_from(memory)
-    if current == generation and not memory.closed:
-        _STATE.pack_into(memory, 0, _FREE, owner, generation)
+    """Free a slot that holds filling ``generation`` (not one the worker has filled again)."""
+    if not memory.closed and _STATE.unpack_from(memory)[2] == generation:
+        memory[0] = _FREE
 
 
 _mappings: dict[tuple[int, int], _Mapping] = {}
@@ -436,7 +448,10 @@ def _mapped(fd_box: Any, key: tuple[int, int]) -> _Mapping:
 
     Raises:
         RuntimeError: no descriptor, and no such slot mapped here.
+        OSError, EOFError: the worker that holds the descriptor has exited (DataLoader2's queues, as
+            wdspipes mends them, name it: :mod:`wdspipes.loaders.worker_queues`).
     """
+    # an OSError or EOFError where the worker holding the descriptor has exited
     fd = None if fd_box is None else fd_box.detach()  # always: the worker keeps it till then
     try:
         if fd is not None:

@@ -11,22 +11,31 @@ there; the training process copies them back into ``bytes`` objects as it unpick
 and frees the slot at once. What arrives is what was sent: ``bytes`` objects, in the lists,
 dicts and tuples they were in. When no slot is free, the item crosses as before.
 
-Large means a ``bytes`` value of at least :data:`RAW_MIN_BYTES`, or a batch column of ``bytes``
-values adding up to that. Which items carry them:
+Large means a ``bytes`` value of at least :data:`~wdspipes.samples.handover.RAW_MIN_BYTES`
+(64 KiB), or a batch column of ``bytes`` values adding up to that. Which items carry them:
 
-- a batch that ``collate`` made in a worker: its large column is a :class:`BytesColumn` (a
-  ``list`` that crosses as one block), under any loader;
+- a batch that ``collate`` made in a worker: its large column is a
+  :class:`~wdspipes.samples.handover.BytesColumn` (a ``list`` that crosses as one block), under
+  any loader;
 - the :class:`~wdspipes.samples.batch.SampleList` of ``batched(n, collation_fn=None)``: the
   large fields of its samples, in one slot;
 - under DataLoader2, every item of a wdspipes pipeline (which crosses in a
   :class:`~wdspipes.loaders.loader_state.Tagged`): its large values (of a sample, of a batch's
   columns, of a SampleList's samples), in one slot;
 - under torch's ``DataLoader`` (and ``StatefulDataLoader``), a sample that the pipeline gives
-  the worker's loop (:func:`leaving_worker`): each of its large values, as a
-  :class:`CrossingBytes`.
+  the worker's loop: each of its large values, as a :class:`CrossingBytes` (a copy). The
+  DataPipe front ends mark them so (:func:`leaving_worker`): their ``__iter__`` checks once an
+  epoch whether the front end is the dataset of such a worker
+  (:func:`wdspipes.pipes.datapipe.front_end`); nothing else outside this module knows of it.
 
-Small values cross by value, as before. Outside worker processes nothing changes: the types
-above pickle as plain lists and bytes.
+Small values cross by value, as before, and so does everything when no slot is free (the
+worker keeps at most :data:`~wdspipes.samples.handover.MAX_SLOTS`, each busy from the moment
+the worker pickles an item until the training process has unpickled it). Outside worker
+processes nothing changes: the types above pickle as plain lists and bytes. A worker's slots
+go to the process that started it (its parent as ``multiprocessing`` knows it, under fork,
+spawn and forkserver alike); a process that dies takes its slots with it, which are memory
+files with no name (``memfd_create``), so a killed worker or training process leaves nothing
+behind.
 """
 
 from __future__ import annotations
@@ -66,9 +75,8 @@ def leaving_worker(items: Iterable[Any]) -> Iterator[Any]:
         if kind is dict:
             if any(_large(value) for value in item.values()):
                 item = {key: _crossing(value) for key, value in item.items()}
-        elif kind is tuple or kind is list:
-            if any(_large(value) for value in item):
-                item = kind(_crossing(value) for value in item)
+        elif (kind is tuple or kind is list) and any(_large(value) for value in item):
+            item = kind(_crossing(value) for value in item)
         yield item
 
 
@@ -96,7 +104,8 @@ class _Field:
 
 
 class _Column:
-    """The places of a :class:`BytesColumn`'s values among the values of a slot."""
+    """The places of a :class:`~wdspipes.samples.handover.BytesColumn`'s values among the
+    values of a slot."""
 
     __slots__ = ("count", "start")
 
@@ -185,9 +194,7 @@ def _reduce_samples(samples: SampleList) -> tuple[Any, ...]:
 
 def _reduce_tagged(tagged: Tagged) -> tuple[Any, ...]:
     reduction = in_worker() and _carried(tagged.value, 3)
-    if not reduction:
-        return tagged.__reduce_ex__(4)  # type: ignore[no-any-return]
-    value = _Carried(reduction)
+    value = _Carried(reduction) if reduction else tagged.value
     return _tagged, (value, tagged.number, tagged.epoch, tagged.worker)
 
 
