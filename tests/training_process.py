@@ -1,9 +1,10 @@
 """A training process, for tests to kill: it reads shards through a loader with two worker
 processes, prints ``training`` once it has had 6 items, and goes on slowly for good (the
 shards are resampled). Run as ``python tests/training_process.py LOADER START_METHOD SHARDS
-[--stall]``, LOADER one of ``dataloader2``, ``dataloader`` (torch's) or ``stateful``; with
-``--stall``, each DataLoader2 worker sticks in a stage at its 4th item, and has no prefetch
-thread to answer for it (tests/test_parent_watch.py)."""
+[--stall] [--raw]``, LOADER one of ``dataloader2``, ``dataloader`` (torch's) or ``stateful``;
+with ``--stall``, each DataLoader2 worker sticks in a stage at its 4th item, and has no prefetch
+thread to answer for it (tests/test_parent_watch.py); with ``--raw``, the items are batches of
+4 samples' ``bin`` and ``cls`` fields, raw (tests/test_raw_handover.py)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ def stall(sample: Any) -> Any:
     return sample
 
 
-def make_loader(kind: str, method: str, shards: str, stalled: bool) -> Any:
-    pipe = wds.WebDataset(shards, resampled=True, nshards=4, seed=0).to_tuple("__key__", "cls")
+def make_loader(kind: str, method: str, shards: str, stalled: bool, raw: bool = False) -> Any:
+    pipe = wds.WebDataset(shards, resampled=True, nshards=4, seed=0)
+    pipe = pipe.to_tuple("bin", "cls").batched(4) if raw else pipe.to_tuple("__key__", "cls")
     if kind == "dataloader2":
         from wdspipes.loaders import dataloader2
 
@@ -55,8 +57,9 @@ def main() -> None:
     parser.add_argument("method", choices=["fork", "spawn", "forkserver"])
     parser.add_argument("shards")
     parser.add_argument("--stall", action="store_true")
+    parser.add_argument("--raw", action="store_true")
     args = parser.parse_args()
-    loader = make_loader(args.loader, args.method, args.shards, args.stall)
+    loader = make_loader(args.loader, args.method, args.shards, args.stall, args.raw)
     for step, _item in enumerate(loader):
         if step == 5:
             print("training", flush=True)

@@ -16,16 +16,18 @@ DataPipe.
 from __future__ import annotations
 
 import types
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
-from torch.utils.data import IterDataPipe
+from torch.utils.data import IterDataPipe, get_worker_info
 from torch.utils.data.datapipes.iter import IterableWrapper
 
 from wdspipes.core.protocol import registered, set_front_ends
 from wdspipes.core.stage import Sample, Stage
 from wdspipes.loaders.compat import fix_dataloader2
 from wdspipes.pipes.pickling import pickled_attributes, unpickled_attributes
+from wdspipes.samples.handover import in_worker
+from wdspipes.samples.raw_handover import leaving_worker
 
 __all__ = ["Sample", "StageDataPipe", "front_end", "webdataset_call"]
 
@@ -66,9 +68,12 @@ class StageDataPipe(IterDataPipe[T_co]):
     webdataset's calls of the names torch owns, and it mends DataLoader2 before DataLoader2 can
     run it.
 
-    A front end inherits ``__iter__`` from its stage class: torch wraps only an ``__iter__``
-    defined in a DataPipe class's own body, with per-item bookkeeping (profiling, a count of
-    items, one valid iterator at a time), so a front end adds nothing per item. For each item
+    A front end iterates as its stage class does: torch wraps only an ``__iter__`` defined in
+    a DataPipe class's own body, with per-item bookkeeping (profiling, a count of items, one
+    valid iterator at a time), and a front end's is set on it after, so it adds nothing per
+    item. It adds one check as each epoch begins: where the front end is the dataset of a
+    worker of torch's ``DataLoader``, its items leave the worker with their large raw fields
+    in shared memory (see :func:`_leaving_workers`). For each item
     torch's hooks would also look up ``_is_child_datapipe``; on a plain IterDataPipe that lookup
     fails through ``IterDataPipe.__getattr__``, which costs more than most stages' own work.
     Our stages are not the children of ``fork`` or ``demux``; saying so makes any such check a
@@ -134,8 +139,29 @@ def front_end(cls: type) -> type:
         made = types.new_class(
             cls.__name__, (cls, StageDataPipe), exec_body=lambda ns: ns.update(body)
         )
+        # set after torch's metaclass has seen the body: it would wrap it with per-item hooks
+        type.__setattr__(made, "__iter__", _leaving_workers(cls.__iter__))
         type.__setattr__(cls, "_wds_front_end", made)
     return made
+
+
+def _leaving_workers(iterate: Any) -> Any:
+    """A front end's ``__iter__``: its stage class's ``iterate``, and where the front end is
+    the dataset of a worker of torch's ``DataLoader`` (or ``StatefulDataLoader``), whose loop
+    pickles each item for the training process, the items made so that their large raw fields
+    cross through shared memory (:func:`wdspipes.samples.raw_handover.leaving_worker`). One
+    check as each epoch begins; in the training process the items are the stage's own."""
+
+    def iterate_leaving(self: Any) -> Iterator[Any]:
+        items = iterate(self)
+        info = get_worker_info()
+        if info is None or not in_worker():
+            return items  # type: ignore[no-any-return]
+        dataset = getattr(info.dataset, "_datapipe", info.dataset)  # torch wraps a DataPipe
+        return leaving_worker(items) if dataset is self else items
+
+    iterate_leaving.__name__ = iterate_leaving.__qualname__ = "__iter__"
+    return iterate_leaving
 
 
 def _register(name: str, cls: type) -> None:

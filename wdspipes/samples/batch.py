@@ -75,25 +75,26 @@ _Numbers = tuple[tuple[frozenset[type], Any], ...]
 
 
 @functools.cache
-def _tensors() -> tuple[Any, Callable[..., np.ndarray | None], _Numbers]:
-    """torch, the handover's :func:`~wdspipes.samples.handover.batch_array`, and the table of
-    Python numbers in a column -> tensor dtype (as torch's ``default_collate``), loaded when
-    collation first makes a tensor: the module loads no torch, and each column of a batch
-    looks them up in one cached call."""
+def _tensors() -> tuple[Any, Callable[..., np.ndarray | None], _Numbers, Collate]:
+    """torch, the handover's :func:`~wdspipes.samples.handover.batch_array`, the table of
+    Python numbers in a column -> tensor dtype (as torch's ``default_collate``), and its
+    :func:`~wdspipes.samples.handover.bytes_column`, loaded when collation
+    first makes a column: the module loads no torch, and each column of a batch looks them up
+    in one cached call."""
     import torch
 
-    from wdspipes.samples.handover import batch_array
+    from wdspipes.samples.handover import batch_array, bytes_column
 
     numbers = (
         (frozenset([bool]), torch.bool),
         (frozenset([int]), torch.int64),
         (frozenset([int, float]), torch.float64),
     )
-    return torch, batch_array, numbers
+    return torch, batch_array, numbers, bytes_column
 
 
 def _column(field: str, values: list[Any]) -> Any:
-    torch, batch_array, numbers = _tensors()
+    torch, batch_array, numbers, bytes_column = _tensors()
     first = values[0]
     if isinstance(first, torch.Tensor):
         _check_shapes(field, values, torch.Tensor)
@@ -113,7 +114,7 @@ def _column(field: str, values: list[Any]) -> Any:
                 return torch.tensor(values, dtype=dtype)
             except (OverflowError, RuntimeError, ValueError) as exn:
                 raise CollationError(f"cannot batch field {field!r}: {exn}", field=field) from exn
-    return values
+    return bytes_column(values)  # in a worker, large raw bytes cross through shared memory
 
 
 def _tensor_batch(first: torch.Tensor, rows: int) -> torch.Tensor | None:
