@@ -155,18 +155,17 @@ class InFlight(Epoch[Any]):
             record.threads = self.threads
             work = _timed_work(work, record)
         pool = ThreadPoolExecutor(self.threads, thread_name_prefix="wdspipes-threads")
+        items, more = iter(self.source), True
         try:
-            for item in self.source:
-                flight.append((pool.submit(work, item), None if places is None else places.last))
-                while len(flight) >= ahead:
-                    if record is not None:
-                        record.in_flight_total += len(flight)
-                    result = self._done(flight.popleft())
-                    if result is _STOP:
-                        return
-                    if result is not DROP:
-                        yield result
-            while flight:
+            while more or flight:
+                if more and len(flight) < ahead:  # fill the pool up to its bound
+                    item = next(items, _END)
+                    if item is _END:
+                        more = False  # then yield what is left in flight
+                    else:
+                        place = None if places is None else places.last
+                        flight.append((pool.submit(work, item), place))
+                    continue
                 if record is not None:
                     record.in_flight_total += len(flight)
                 result = self._done(flight.popleft())
@@ -220,6 +219,7 @@ class InFlight(Epoch[Any]):
 
 
 _STOP: Any = object()
+_END: Any = object()  # the source has no more items
 
 
 def _timed_work(work: Work, record: Any) -> Work:
