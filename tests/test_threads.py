@@ -6,6 +6,7 @@ samples in flight resumes exactly at every cut point (tests/test_stage_state.py'
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,7 +19,7 @@ from torch.utils.data.datapipes.iter import IterableWrapper
 
 import wdspipes as wds
 from wdspipes.errors import ResumeError, SampleError
-from wdspipes.samples.threads import AHEAD
+from wdspipes.samples.threads import AHEAD, MOST_IN_A_TASK, TASK_SECONDS
 
 
 def pool_threads() -> list[threading.Thread]:
@@ -175,11 +176,27 @@ class Counted:
 
 
 def test_the_samples_in_flight_are_bounded() -> None:
+    """Light work goes to the threads in tasks of up to MOST_IN_A_TASK samples."""
     numbers = Counted()
     pipe = IterableWrapper(numbers, deepcopy=False).map_samples(str, threads=4)
     items = iter(pipe)
     assert [next(items) for _ in range(5)] == ["0", "1", "2", "3", "4"]
-    assert numbers.taken <= 5 + AHEAD * 4
+    assert AHEAD * 4 < numbers.taken <= 5 + AHEAD * 4 * MOST_IN_A_TASK
+    items.close()
+
+
+def slow_str(number: int) -> str:
+    time.sleep(2 * TASK_SECONDS)  # heavy work: never shorter than this
+    return str(number)
+
+
+def test_heavy_work_goes_one_sample_a_task() -> None:
+    """Work that takes longer than a task should keeps a few samples a thread in flight."""
+    numbers = Counted()
+    pipe = IterableWrapper(numbers, deepcopy=False).map_samples(slow_str, threads=4)
+    items = iter(pipe)
+    assert [next(items) for _ in range(12)] == [str(n) for n in range(12)]
+    assert numbers.taken <= 12 + AHEAD * 4
     items.close()
 
 

@@ -6,9 +6,10 @@ read.
 The work of a stage is a function of one sample (:data:`Work`): it returns what the stage
 yields for it (or :data:`DROP`), or raises one of the stage's errors, which goes through the
 stage's handler in its place in the order. Without threads, :func:`each` runs it sample by
-sample. With them, :class:`InFlight` submits each sample it reads to the pool and yields the
-oldest result once :attr:`InFlight.ahead` samples are in flight (two per thread): memory stays
-bounded, and a slow sample holds up only its own place. A stop, an error the handler does not
+sample. With them, :class:`InFlight` submits the samples it reads to the pool in tasks of
+consecutive samples (as many as take about :data:`TASK_SECONDS` of work) and yields the oldest
+result once :attr:`InFlight.ahead` tasks are in flight (two per thread): memory stays bounded,
+and a slow sample holds up only its own task. A stop, an error the handler does not
 skip, or an abandoned iteration (``break``) cancels what has not begun and waits for the
 samples under way, so no thread is left behind. Work that releases the GIL (libjpeg-turbo,
 Pillow's and numpy's C code, zlib) runs on every core.
@@ -28,7 +29,6 @@ the sample and the epoch alone).
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 from array import array
 from collections import deque
@@ -42,7 +42,17 @@ from wdspipes.core.elastic import owned
 from wdspipes.core.protocol import AllReaders, Epoch
 from wdspipes.errors import Handler, ResumeError, handle
 
-__all__ = ["AHEAD", "DROP", "InFlight", "Work", "check_threads", "each", "opened"]
+__all__ = [
+    "AHEAD",
+    "DROP",
+    "MOST_IN_A_TASK",
+    "TASK_SECONDS",
+    "InFlight",
+    "Work",
+    "check_threads",
+    "each",
+    "opened",
+]
 
 T = TypeVar("T")
 
@@ -54,7 +64,7 @@ DROP: Any = object()
 None)."""
 
 AHEAD = 2
-"""Samples in flight per thread, at most: enough to keep every thread busy while the oldest is
+"""Tasks in flight per thread, at most: enough to keep every thread busy while the oldest is
 yielded."""
 
 Errors = type[Exception] | tuple[type[Exception], ...]
@@ -105,6 +115,14 @@ class InFlight(Epoch[Any]):
     the samples in flight, taken from the source and not yielded yet, each with where it lives
     (its reader's place, when a reader is before the stage).
 
+    The samples go to the pool in tasks of consecutive samples, as many as take about
+    :data:`TASK_SECONDS` of work (measured as the epoch goes; one at first, at most
+    :data:`MOST_IN_A_TASK`), and at most :data:`AHEAD` tasks a thread are in flight. One sample
+    a task cost a thread's handover (a future, a wake-up, the GIL taken twice) for every sample:
+    some 190 µs of CPU an image of 256 x 256, a third of its decoding (benchmarks/README.md,
+    issue 34). Heavy samples (a large image) still go one a task, so what is in flight stays
+    a few per thread.
+
     Args:
         name: the stage, as errors name it.
         source: the epoch of the stage before.
@@ -139,7 +157,11 @@ class InFlight(Epoch[Any]):
         self.context = context
         self.places = context.places
         self.untracked = context.untracked
-        self.flight: deque[tuple[Future[Any], Place | None]] = deque()
+        # tasks under way (oldest first), each with its samples' count and places (None
+        # without a reader)
+        self.flight: deque[tuple[Future[_Done], int, list[Place] | None]] = deque()
+        # the results of the oldest task, not yielded yet, each with its sample's place
+        self.ready: deque[tuple[Any, Place | None]] = deque()
         held = _held(part, context)
         if held:  # the reader yields them first
             if self.places is None:
@@ -149,49 +171,61 @@ class InFlight(Epoch[Any]):
             self.places.hold(held, fills=False)
 
     def __iter__(self) -> Iterator[Any]:
-        places, flight, ahead, work = self.places, self.flight, self.ahead, self.work
+        places, flight, ready, ahead = self.places, self.flight, self.ready, self.ahead
         record = self.context.stats  # measured: the threads' work, the samples in flight
         if record is not None:
             record.threads = self.threads
-            work = _timed_work(work, record)
+        task = _task(self.work)
         pool = ThreadPoolExecutor(self.threads, thread_name_prefix="wdspipes-threads")
-        items, more = iter(self.source), True
+        items, more, size, waiting = iter(self.source), True, 1, 0
         try:
-            while more or flight:
+            while ready or flight or more:
                 if more and len(flight) < ahead:  # fill the pool up to its bound
-                    item = next(items, _END)
-                    if item is _END:
-                        more = False  # then yield what is left in flight
+                    taken: list[Any] = []
+                    where: list[Place] | None = None if places is None else []
+                    for item in items:
+                        taken.append(item)
+                        if where is not None:
+                            where.append(places.last)  # type: ignore[union-attr]
+                        if len(taken) == size:
+                            break
                     else:
-                        place = None if places is None else places.last
-                        flight.append((pool.submit(work, item), place))
+                        more = False  # then yield what is left in flight
+                    if taken:
+                        flight.append((pool.submit(task, taken), len(taken), where))
+                        waiting += len(taken)
                     continue
+                if not ready:
+                    future, _, where = flight.popleft()
+                    results, seconds = future.result()
+                    ready.extend(zip(results, where or itertools.repeat(None), strict=False))
+                    size = _task_size(len(results), seconds)
+                    if record is not None:
+                        record.thread_work += seconds
                 if record is not None:
-                    record.in_flight_total += len(flight)
-                result = self._done(flight.popleft())
-                if result is _STOP:
-                    return
+                    record.in_flight_total += waiting
+                result, place = ready.popleft()
+                waiting -= 1
+                if type(result) is _Failed:
+                    if not self._handled(result.error):
+                        return
+                    continue
+                if place is not None:
+                    places.last = place  # type: ignore[union-attr]
                 if result is not DROP:
                     yield result
         finally:
             flight.clear()  # ended or abandoned: nothing is in flight any more
+            ready.clear()
             pool.shutdown(wait=True, cancel_futures=True)  # no thread left behind
 
-    def _done(self, taken: tuple[Future[Any], Place | None]) -> Any:
-        """The result of the oldest sample in flight (its place now the last yielded);
-        :data:`DROP` for one the handler skips, :data:`_STOP` where it ends the epoch."""
-        future, place = taken
-        try:
-            result = future.result()
-        except self.errors as exn:
-            if self.handler is not None and handle(self.handler, exn):
-                return DROP
-            if self.handler is None:
-                raise
-            return _STOP
-        if place is not None:
-            self.places.last = place  # type: ignore[union-attr]
-        return result
+    def _handled(self, error: BaseException) -> bool:
+        """Whether the epoch goes on past a sample whose work raised ``error``: its handler
+        skips it (True) or ends the epoch (False); raised where it is not one of the stage's
+        errors or the stage has no handler."""
+        if self.handler is None or not isinstance(error, self.errors):
+            raise error
+        return handle(self.handler, error)
 
     def part(self) -> dict[str, Any] | None:
         """Where the samples in flight live (``"flight"``: flat ``(shard index, offset)`` pairs,
@@ -201,7 +235,8 @@ class InFlight(Epoch[Any]):
             ResumeError: samples are in flight and no reader before the stage keeps where they
                 live.
         """
-        if not self.flight:
+        count = len(self.ready) + sum(taken for _, taken, _ in self.flight)
+        if not count:
             return None
         if self.places is None:
             why = (
@@ -210,33 +245,61 @@ class InFlight(Epoch[Any]):
                 else "no reader before it keeps where they live"
             )
             raise ResumeError(
-                f"{self.name} cannot save its place with {len(self.flight)} samples in flight "
+                f"{self.name} cannot save its place with {count} samples in flight "
                 f"in its threads: {why}; save the state where none is in flight, or work "
                 "without threads"
             )
-        places = itertools.chain.from_iterable(place for _, place in self.flight)  # type: ignore[misc]
-        return {"flight": array("q", places).tobytes()}
+        held: list[Place] = [place for _, place in self.ready if place is not None]
+        for _, _, where in self.flight:
+            held.extend(where or ())
+        return {"flight": array("q", itertools.chain.from_iterable(held)).tobytes()}
 
 
-_STOP: Any = object()
-_END: Any = object()  # the source has no more items
+TASK_SECONDS = 0.01
+"""About how long the work of one task of :class:`InFlight` takes: long enough that the
+handover of a task costs little against it, short enough that a thread's task in flight holds
+a few samples of heavy work."""
+
+MOST_IN_A_TASK = 32
+"""The most samples in one task of :class:`InFlight` (light work: what is in flight stays
+bounded at ``AHEAD * threads * MOST_IN_A_TASK`` samples)."""
+
+_Done = tuple[list[Any], float]  # a task's results in order, and the seconds its work took
 
 
-def _timed_work(work: Work, record: Any) -> Work:
-    """``work``, adding the seconds each call takes (in its thread) to ``record``."""
-    lock = threading.Lock()
+class _Failed:
+    """A sample's result that is the error its work raised."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _task_size(done: int, seconds: float) -> int:
+    """How many samples the next task takes: as many as take :data:`TASK_SECONDS`, at the rate
+    of the last task (``done`` samples in ``seconds``)."""
+    if seconds <= 0:
+        return MOST_IN_A_TASK
+    return max(1, min(MOST_IN_A_TASK, int(TASK_SECONDS * done / seconds)))
+
+
+def _task(work: Work) -> Callable[[list[Any]], _Done]:
+    """A task of the pool: ``work`` on each of a list of samples, in a thread, each error in
+    its sample's place (:class:`_Failed`), and the seconds it took."""
     clock = time.perf_counter
 
-    def timed_work(item: Any) -> Any:
+    def task(items: list[Any]) -> _Done:
         start = clock()
-        try:
-            return work(item)
-        finally:
-            spent = clock() - start
-            with lock:
-                record.thread_work += spent
+        results: list[Any] = []
+        for item in items:
+            try:
+                results.append(work(item))
+            except Exception as error:  # raised or handled in its place, in the epoch's thread
+                results.append(_Failed(error))
+        return results, clock() - start
 
-    return timed_work
+    return task
 
 
 def _held(part: Any, context: EpochContext) -> list[Place]:
