@@ -794,6 +794,41 @@ def test_an_image_over_max_pixels_is_refused_from_its_header(
     assert len(list(IterableWrapper([sample]).decode(spec, max_pixels=None))) == 1
 
 
+@pytest.mark.slow
+def test_the_default_formats_are_pillows_and_load_as_they_are_met(tmp_path: Path) -> None:
+    """The default table is not checked against Pillow's plugins when a decoder is made (which
+    would load them all): it holds formats Pillow has, none refused, and a fresh process that
+    made a decoder opens each of them, Pillow loading its plugin when a field needs it."""
+    from wdspipes.samples.decoders.images import IMAGE_FORMATS, REFUSED_FORMATS
+
+    Image.init()
+    named = {name for names in IMAGE_FORMATS.values() for name in names}
+    assert named <= set(Image.OPEN) and not named & REFUSED_FORMATS
+    pixels = np.arange(8 * 8 * 3, dtype=np.uint8).reshape(8, 8, 3)
+    np.save(tmp_path / "pixels.npy", pixels)
+    for extension, name in [("png", "PNG"), ("webp", "WEBP"), ("tiff", "TIFF"), ("bmp", "BMP")]:
+        options = {"lossless": True} if name == "WEBP" else {}
+        Image.fromarray(pixels).save(tmp_path / f"image.{extension}", format=name, **options)
+    script = """
+import sys
+from pathlib import Path
+import numpy as np
+from PIL import Image
+import wdspipes as wds
+folder = Path(sys.argv[1])
+decoder = wds.ImageDecoder("rgb8")
+assert "WEBP" not in Image.OPEN and "TIFF" not in Image.OPEN, "plugins loaded"
+pixels = np.load(folder / "pixels.npy")
+for path in sorted(folder.glob("image.*")):
+    assert (decoder(path.suffix, path.read_bytes()) == pixels).all(), path.suffix
+print("ok")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
 def test_image_formats_are_checked_when_the_decoder_is_made() -> None:
     with pytest.raises(ValueError, match=r"EPS format .* is never opened: .*\(Ghostscript\)"):
         wds.ImageDecoder("rgb8", formats={"eps": "EPS"})

@@ -159,7 +159,9 @@ def open_image(
     prefix = data[:16]
     for name in formats:
         if name not in Image.OPEN:
-            Image.init()  # the plugins Image.open does not load at first (WebP, ...)
+            Image.preinit()  # the common plugins (JPEG, PNG, GIF, BMP, PPM) alone
+            if name not in Image.OPEN:
+                Image.init()  # all the others (WebP, TIFF, ...)
         factory, accept = Image.OPEN[name]
         if accept is not None and accept(prefix) is not True:
             continue  # Pillow's plugins return True, or a string of doubt (then not opened)
@@ -205,8 +207,6 @@ def _image_formats(
 ) -> dict[str, tuple[str, ...]]:
     """The table ``extension -> formats`` of an ImageDecoder, checked: only ``extensions`` of
     it if given, every format one Pillow has and none of :data:`REFUSED_FORMATS`."""
-    from PIL import Image
-
     table = {
         extension.lower(): tuple(
             name.upper() for name in ([names] if isinstance(names, str) else names)
@@ -221,6 +221,12 @@ def _image_formats(
                 f"formats={{extension: Pillow format, ...}} (by default: {' '.join(table)})"
             )
         table = {extension: table[extension] for extension in extensions}
+    if formats is None:
+        # The default table holds formats Pillow has (tests/test_images.py): no need to load
+        # all of Pillow's plugins to check it, 70 ms that every pipeline's first batch waited.
+        return table
+    from PIL import Image
+
     Image.init()
     for extension, names in table.items():
         for name in names:
