@@ -17,6 +17,9 @@ libraries imported before the clock starts), reading ``--epochs`` epochs (4):
 - ``bound``: libjpeg-turbo alone (simplejpeg, the default JPEG decoder, to RGB), the JPEGs'
   bytes held in memory, decoded in as many threads as the machine has cores (it releases the
   GIL); for the crop recipe also ``crop bound``, the fused crop decoder alone the same way;
+- ``one thread``: wdspipes in the training process, decoding in its own thread, no loader (what
+  each loader worker does); its CPU an image, against the decoder's alone, is the ceiling of
+  every arrangement once the cores are busy (printed below each table);
 - ``threads``: wdspipes in the training process, ``decode(..., threads=<cores>)``, no loader;
 - ``prefetch + threads``: the same with ``prefetch_items(16)`` before the decode;
 - ``DataLoader``: wdspipes under torch's DataLoader, 2 workers (persistent, as a user reading
@@ -26,9 +29,14 @@ libraries imported before the clock starts), reading ``--epochs`` epochs (4):
 - ``webdataset``: webdataset 1.0.2 under DataLoader, 2 persistent workers (its usual recipe);
 - ``DataLoader2 1x2`` and ``DataLoader 1x2``: one worker decoding in 2 threads.
 
-Every loader uses the default start method (fork on Linux). Measured in the mode's process:
-the time from building the pipeline and loader to the first batch in hand; images/s from that
-first batch on, and over the whole run; the CPU seconds of the process and of its workers.
+The modes without a loader (the bounds too) run ``torch.set_num_threads(1)`` first, as
+DataLoader does in its workers: torch's own threads would compete with the decoding threads
+(the crop's resize is a torch operation), and the training process of a job on a GPU does not
+need them. Every loader uses the default start method (fork on Linux).
+
+Measured in the mode's process: the time from building the pipeline and loader to the first
+batch in hand; images/s from that first batch on, and over the whole run; the CPU seconds of
+the process and of its workers.
 Memory, of the process and all its descendants together: the peak of their summed resident
 memory (RSS), sampled by this script from ``/proc/<pid>/statm`` every ``--sample`` seconds (a
 page that forked workers share with the main process counts in each); and, read by the mode's
@@ -118,6 +126,11 @@ Loader = tuple[Iterable[Any], Callable[[], None]]
 
 
 def in_process(pipe: Any) -> Loader:
+    import torch
+
+    # No intra-op threads of torch's (as DataLoader sets in its workers): they would compete
+    # with the decoding threads for the cores (the crop's resize is a torch operation).
+    torch.set_num_threads(1)
     return pipe, lambda: None
 
 
@@ -170,6 +183,7 @@ MODES = {
     for mode in [
         Mode("bound", alone="simplejpeg"),
         Mode("crop bound", alone="crop", recipe_only=True),
+        Mode("one thread", wdspipes_pipe, in_process),
         Mode("threads", _threads(), in_process),
         Mode("prefetch + threads", _threads(PREFETCH), in_process),
         Mode("DataLoader", wdspipes_pipe, dataloader(WORKERS)),
@@ -184,6 +198,7 @@ MODES = {
 DESCRIPTIONS = {
     "bound": f"simplejpeg alone, {CORES} threads, bytes in memory",
     "crop bound": f"the crop decoder alone, {CORES} threads, bytes in memory",
+    "one thread": "wdspipes, one process, no threads",
     "threads": f"wdspipes, one process, decode threads={CORES}",
     "prefetch + threads": f"wdspipes, one process, prefetch_items({PREFETCH}), threads={CORES}",
     "DataLoader": f"wdspipes + DataLoader, {WORKERS} workers",
@@ -251,9 +266,11 @@ def run_alone(kind: str, urls: list[str], epochs: int) -> Run:
     import random
 
     import simplejpeg
+    import torch
 
     import wdspipes as wds
 
+    torch.set_num_threads(1)  # the decoder's own rate, no threads of torch's competing
     jpegs = jpeg_bytes(urls) * epochs
     crop = wds.ImageDecoder("rgb8", crop=wds.RandomResizedCrop(CROP))
 
@@ -437,6 +454,11 @@ def best(runs: Sequence[Run], name: str, highest: bool) -> float:
     return max(values) if highest else min(values)
 
 
+def cpu_per_image(runs: Sequence[Run]) -> float:
+    """The least CPU seconds an image of the runs, their processes together."""
+    return min((run.main_cpu + run.workers_cpu) / run.images for run in runs)
+
+
 def cell(runs: Sequence[Run], name: str, highest: bool, digits: int = 0) -> str:
     values = [getattr(run, name) for run in runs]
     top = max(values) if highest else min(values)
@@ -477,6 +499,21 @@ def table(runs: dict[str, list[Run]], bound: str, markdown: bool) -> str:
         "load",
     ]
     return format_table(headers, rows, markdown)
+
+
+def ceiling(runs: dict[str, list[Run]], bound: str) -> str | None:
+    """What no arrangement of the pipeline can beat on these cores once they are all busy, as
+    a share of the bound: the decoder's CPU an image over the pipeline's in one thread (None
+    where either mode did not run)."""
+    one = runs.get("one thread")
+    if not one or bound not in runs:
+        return None
+    share = cpu_per_image(runs[bound]) / cpu_per_image(one)
+    return (
+        f"ceiling: {share:.2f} of the bound (the decoder alone's CPU an image, "
+        f"{cpu_per_image(runs[bound]) * 1e6:,.0f} µs, over the pipeline's in one thread, "
+        f"{cpu_per_image(one) * 1e6:,.0f} µs)"
+    )
 
 
 def targets(runs: dict[str, list[Run]]) -> list[str]:
@@ -571,6 +608,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         runs = measure(labels, urls, is_recipe, dataset.images, args)
         base = "crop bound" if is_recipe and "crop bound" in runs else "bound"
         print(table(runs, base if base in runs else labels[0], args.markdown))
+        limit = ceiling(runs, base)
+        if limit:
+            print(limit)
         for line in targets(runs) if not is_recipe else []:
             print(f"target: {line}")
         results["sets"][dataset.name] = {k: [asdict(r) for r in v] for k, v in runs.items()}
