@@ -150,6 +150,30 @@ def test_an_error_comes_in_its_place(threads: int) -> None:
     assert list(stopped) == [1.0] * 3
 
 
+class Failing:
+    """Numbers up to ``count``, then an error, as a reader's that its handler raises."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def __iter__(self) -> Iterator[int]:
+        yield from range(self.count)
+        raise OSError("the shard ends early")
+
+
+@pytest.mark.parametrize("threads", [0, 2])
+def test_an_error_of_the_source_comes_after_the_samples_before_it(threads: int) -> None:
+    """The samples read before the source's error are yielded first, as without threads,
+    although tasks of several of them were in flight."""
+    pipe = IterableWrapper(Failing(40), deepcopy=False).map_samples(str, threads=threads)
+    got: list[str] = []
+    with pytest.raises(OSError, match="the shard ends early"):
+        for item in pipe:
+            got.append(item)
+    assert got == [str(n) for n in range(40)]
+    assert not pool_threads()
+
+
 def test_no_thread_is_left_behind(stage_shards: Shards) -> None:
     pipe = samples(stage_shards.paths).decode(Jitter(), threads=3)
     items = iter(pipe)

@@ -178,19 +178,23 @@ class InFlight(Epoch[Any]):
         task = _task(self.work)
         pool = ThreadPoolExecutor(self.threads, thread_name_prefix="wdspipes-threads")
         items, more, size, waiting = iter(self.source), True, 1, 0
+        ended: Exception | None = None  # what the source raised, after the samples before it
         try:
             while ready or flight or more:
                 if more and len(flight) < ahead:  # fill the pool up to its bound
                     taken: list[Any] = []
                     where: list[Place] | None = None if places is None else []
-                    for item in items:
-                        taken.append(item)
-                        if where is not None:
-                            where.append(places.last)  # type: ignore[union-attr]
-                        if len(taken) == size:
-                            break
-                    else:
-                        more = False  # then yield what is left in flight
+                    try:
+                        for item in items:
+                            taken.append(item)
+                            if where is not None:
+                                where.append(places.last)  # type: ignore[union-attr]
+                            if len(taken) == size:
+                                break
+                        else:
+                            more = False  # then yield what is left in flight
+                    except Exception as error:
+                        ended, more = error, False
                     if taken:
                         flight.append((pool.submit(task, taken), len(taken), where))
                         waiting += len(taken)
@@ -214,6 +218,8 @@ class InFlight(Epoch[Any]):
                     places.last = place  # type: ignore[union-attr]
                 if result is not DROP:
                     yield result
+            if ended is not None:
+                raise ended
         finally:
             flight.clear()  # ended or abandoned: nothing is in flight any more
             ready.clear()
