@@ -281,13 +281,17 @@ def under_dataloader2(pipe: Any) -> Loader:
     return loader, loader.shutdown
 
 
-def under_dataloader(dataset: Any) -> Loader:
+def under_dataloader(dataset: Any, persistent: bool = False) -> Loader:
     """A dataset that batches by itself under DataLoader with ``WORKERS`` forked workers; the
-    workers end with each epoch."""
+    workers end with each epoch, or, ``persistent``, serve every epoch."""
     from torch.utils.data import DataLoader
 
     loader = DataLoader(
-        dataset, batch_size=None, num_workers=WORKERS, multiprocessing_context="fork"
+        dataset,
+        batch_size=None,
+        num_workers=WORKERS,
+        multiprocessing_context="fork",
+        persistent_workers=persistent,
     )
     return loader, lambda: None
 

@@ -54,10 +54,10 @@ from common import (
     quiet,
     verdict,
 )
+from pipeline_speed import Loader, in_process, under_dataloader, under_dataloader2
 
 BIN_BYTES = 100_000
 BATCH = 20
-WORKERS = 2
 TARGET = 0.5  # batched, through each loader, over the one-process rate
 MODES = {
     "one process": ("in_process", True),
@@ -108,33 +108,17 @@ def ensure_shards(root: Path, shards: int, per_shard: int) -> tuple[list[str], i
 # --- one run, in a process of its own -------------------------------------------------------
 
 
-def make_loader(loader: str, batched: bool, urls: list[str]) -> tuple[Iterable[Any], Any]:
+def make_loader(loader: str, batched: bool, urls: list[str]) -> Loader:
     import wdspipes as wds
 
     pipe = wds.WebDataset(urls).to_tuple("bin", "cls")
     if batched:
         pipe = pipe.batched(BATCH)
     if loader == "in_process":
-        return pipe, lambda: None
+        return in_process(pipe)
     if loader == "dataloader":
-        from torch.utils.data import DataLoader
-
-        data = DataLoader(
-            pipe,
-            batch_size=None,
-            num_workers=WORKERS,
-            multiprocessing_context="fork",
-            persistent_workers=True,
-        )
-        return data, lambda: None
-    from wdspipes.loaders import dataloader2
-
-    module = dataloader2()
-    service = module.MultiProcessingReadingService(
-        num_workers=WORKERS, multiprocessing_context="fork"
-    )
-    data2 = module.DataLoader2(pipe, reading_service=service)
-    return data2, data2.shutdown
+        return under_dataloader(pipe, persistent=True)
+    return under_dataloader2(pipe)
 
 
 def epoch(data: Iterable[Any], batched: bool) -> tuple[int, int]:

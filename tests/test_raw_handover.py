@@ -157,7 +157,8 @@ class Unpacked:
             self.count += 1
             return unpack(*args)
 
-        # a column's reduction names the function; the others' find it in their module
+        # the reductions find it in raw_handover's module; the handover's is patched too, so
+        # that a call by either name counts
         monkeypatch.setattr(handover, "unpack_bytes", counted)
         monkeypatch.setattr(raw_handover, "unpack_bytes", counted)
 

@@ -321,17 +321,7 @@ def bytes_column(values: list[Any]) -> list[Any]:
         return values
     if sum(map(len, values)) < RAW_MIN_BYTES:
         return values
-    _worker_pool()  # pickling set up in this process
-    return BytesColumn(values)
-
-
-def _reduce_column(column: BytesColumn) -> tuple[Any, ...]:
-    packed = pack_bytes(column) if in_worker() else None
-    return column.__reduce__() if packed is None else (_unpack_column, packed)
-
-
-def _unpack_column(*packed: Any) -> list[bytes]:
-    return unpack_bytes(*packed)
+    return BytesColumn(values)  # its pickling: wdspipes.samples.raw_handover
 
 
 # -- pickling: a slot travels as its descriptor ------------------------------------------------
@@ -367,7 +357,6 @@ def _take_over_storage_pickling() -> None:
 
         _torch_reduce_storage = ForkingPickler._extra_reducers[torch.UntypedStorage]  # type: ignore[attr-defined]
         ForkingPickler.register(torch.UntypedStorage, _reduce_storage)
-        ForkingPickler.register(BytesColumn, _reduce_column)
 
 
 def _reduce_storage(storage: torch.UntypedStorage) -> Any:
@@ -451,7 +440,6 @@ def _mapped(fd_box: Any, key: tuple[int, int]) -> _Mapping:
         OSError, EOFError: the worker that holds the descriptor has exited (DataLoader2's queues, as
             wdspipes mends them, name it: :mod:`wdspipes.loaders.worker_queues`).
     """
-    # an OSError or EOFError where the worker holding the descriptor has exited
     fd = None if fd_box is None else fd_box.detach()  # always: the worker keeps it till then
     try:
         if fd is not None:

@@ -184,7 +184,7 @@ class _Carried:
         return self.reduction
 
 
-def _reduce_bytes(value: CrossingBytes) -> tuple[Any, ...]:
+def _reduce_alone(value: CrossingBytes | BytesColumn) -> tuple[Any, ...]:
     return (in_worker() and _carried(value, 0)) or value.__reduce__()
 
 
@@ -205,8 +205,8 @@ def _tagged(value: Any, number: int, epoch: int | None, worker: int) -> Tagged:
 
 
 # Only wdspipes' own types: pickled for another process, they carry their large values in a
-# slot where this is a worker (elsewhere as ever, the check a function call). BytesColumn's is
-# the handover's.
-ForkingPickler.register(CrossingBytes, _reduce_bytes)
+# slot where this is a worker (elsewhere as ever, the check a function call).
+ForkingPickler.register(CrossingBytes, _reduce_alone)
+ForkingPickler.register(BytesColumn, _reduce_alone)
 ForkingPickler.register(SampleList, _reduce_samples)
 ForkingPickler.register(Tagged, _reduce_tagged)

@@ -162,6 +162,8 @@ class InFlight(Epoch[Any]):
         self.flight: deque[tuple[Future[_Done], int, list[Place] | None]] = deque()
         # the results of the oldest task, not yielded yet, each with its sample's place
         self.ready: deque[tuple[Any, Place | None]] = deque()
+        self.more = True  # the source has more samples
+        self.ended: Exception | None = None  # what the source raised, after the samples before it
         held = _held(part, context)
         if held:  # the reader yields them first
             if self.places is None:
@@ -177,27 +179,13 @@ class InFlight(Epoch[Any]):
             record.threads = self.threads
         task = _task(self.work)
         pool = ThreadPoolExecutor(self.threads, thread_name_prefix="wdspipes-threads")
-        items, more, size, waiting = iter(self.source), True, 1, 0
-        ended: Exception | None = None  # what the source raised, after the samples before it
+        items, size = iter(self.source), 1
         try:
-            while ready or flight or more:
-                if more and len(flight) < ahead:  # fill the pool up to its bound
-                    taken: list[Any] = []
-                    where: list[Place] | None = None if places is None else []
-                    try:
-                        for item in items:
-                            taken.append(item)
-                            if where is not None:
-                                where.append(places.last)  # type: ignore[union-attr]
-                            if len(taken) == size:
-                                break
-                        else:
-                            more = False  # then yield what is left in flight
-                    except Exception as error:
-                        ended, more = error, False
+            while ready or flight or self.more:
+                if self.more and len(flight) < ahead:  # fill the pool up to its bound
+                    taken, where = self._take(items, size)
                     if taken:
                         flight.append((pool.submit(task, taken), len(taken), where))
-                        waiting += len(taken)
                     continue
                 if not ready:
                     future, _, where = flight.popleft()
@@ -207,9 +195,8 @@ class InFlight(Epoch[Any]):
                     if record is not None:
                         record.thread_work += seconds
                 if record is not None:
-                    record.in_flight_total += waiting
+                    record.in_flight_total += self._count()
                 result, place = ready.popleft()
-                waiting -= 1
                 if type(result) is _Failed:
                     if not self._handled(result.error):
                         return
@@ -218,12 +205,35 @@ class InFlight(Epoch[Any]):
                     places.last = place  # type: ignore[union-attr]
                 if result is not DROP:
                     yield result
-            if ended is not None:
-                raise ended
+            if self.ended is not None:
+                raise self.ended
         finally:
             flight.clear()  # ended or abandoned: nothing is in flight any more
             ready.clear()
             pool.shutdown(wait=True, cancel_futures=True)  # no thread left behind
+
+    def _take(self, items: Iterator[Any], size: int) -> tuple[list[Any], list[Place] | None]:
+        """The next task: up to ``size`` samples of the source, with their places (None
+        without a reader). Where the source ends, :attr:`more` is False; where it raises, the
+        error is kept in :attr:`ended`, raised after the samples read before it."""
+        places = self.places
+        taken: list[Any] = []
+        where: list[Place] | None = None if places is None else []
+        try:
+            for item in items:
+                taken.append(item)
+                if where is not None:
+                    where.append(places.last)  # type: ignore[union-attr]
+                if len(taken) == size:
+                    return taken, where
+        except Exception as error:
+            self.ended = error
+        self.more = False  # then yield what is left in flight
+        return taken, where
+
+    def _count(self) -> int:
+        """The samples in flight: taken from the source, not yielded yet."""
+        return len(self.ready) + sum(taken for _, taken, _ in self.flight)
 
     def _handled(self, error: BaseException) -> bool:
         """Whether the epoch goes on past a sample whose work raised ``error``: its handler
@@ -241,7 +251,7 @@ class InFlight(Epoch[Any]):
             ResumeError: samples are in flight and no reader before the stage keeps where they
                 live.
         """
-        count = len(self.ready) + sum(taken for _, taken, _ in self.flight)
+        count = self._count()
         if not count:
             return None
         if self.places is None:

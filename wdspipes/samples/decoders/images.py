@@ -206,7 +206,8 @@ def _image_formats(
     formats: Mapping[str, str | Sequence[str]] | None, extensions: frozenset[str] | None
 ) -> dict[str, tuple[str, ...]]:
     """The table ``extension -> formats`` of an ImageDecoder, checked: only ``extensions`` of
-    it if given, every format one Pillow has and none of :data:`REFUSED_FORMATS`."""
+    it if given, every format one Pillow has and none of :data:`REFUSED_FORMATS` (a table
+    given as ``formats``; the default one is known to be so)."""
     table = {
         extension.lower(): tuple(
             name.upper() for name in ([names] if isinstance(names, str) else names)
