@@ -269,6 +269,19 @@ def test_under_dataloader2_raw_bytes_arrive_as_read(
     assert (unpacked.count > 0) == slots
 
 
+@pytest.mark.loaders
+@pytest.mark.parametrize("form", ["batched", "unbatched"])
+def test_values_larger_than_the_pool_allows_cross_pickled(
+    raw_shards: list[str], form: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """How large a field is, the data says: one over what a worker's pool may hold (its bound
+    made smaller than any item's raw values here) takes no slot, and arrives as read."""
+    monkeypatch.setattr(handover, "MAX_POOL_BYTES", BIG)  # forked workers inherit it
+    unpacked = Unpacked(monkeypatch)
+    assert delivered(under_dataloader(pipeline(raw_shards, form)), form) == expected()
+    assert unpacked.count == 0
+
+
 def _pickle_ahead(connection: Any) -> None:
     """In a worker: pickle every batch before the parent reads any, so that slots run out."""
     batches = [
